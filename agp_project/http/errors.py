@@ -1,0 +1,115 @@
+"""Where every error becomes the C2 envelope: one mapping for the whole service."""
+
+import logging
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.http import Http404, JsonResponse
+from kombu.exceptions import OperationalError as BrokerOperationalError
+from rest_framework import exceptions as drf
+
+from agp_project import errors
+
+logger = logging.getLogger(__name__)
+
+
+def _flatten(detail):
+    """DRF's ErrorDetail tree as plain JSON (lists of messages, nested objects)."""
+    if isinstance(detail, dict):
+        return {str(key): _flatten(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        return [_flatten(item) for item in detail]
+    return str(detail)
+
+
+def to_agp_error(exc: Exception) -> errors.AGPError | None:
+    """Map any exception the service can meet to an AGPError; None means unhandled."""
+    if isinstance(exc, errors.AGPError):
+        return exc
+    if isinstance(exc, drf.ValidationError):
+        detail = exc.detail
+        if isinstance(detail, dict):
+            fields = _flatten(detail)
+            non_field = fields.pop("non_field_errors", None)
+            details = {"fields": fields}
+            if non_field:
+                details["errors"] = non_field
+            message = "The request has invalid fields." if fields else "; ".join(non_field or ["Invalid request."])
+            return errors.InvalidRequest(message, details=details)
+        return errors.InvalidRequest("; ".join(_flatten(detail)) if isinstance(detail, list) else str(detail),
+                                     details={"errors": _flatten(detail) if isinstance(detail, list) else [str(detail)]})
+    if isinstance(exc, drf.ParseError):
+        return errors.InvalidRequest(f"Malformed request body: {exc.detail}")
+    if isinstance(exc, drf.UnsupportedMediaType):
+        return errors.UnsupportedMediaType(str(exc.detail))
+    if isinstance(exc, drf.MethodNotAllowed):
+        return errors.MethodNotAllowed(str(exc.detail))
+    if isinstance(exc, (drf.NotFound, Http404)):
+        return errors.NotFound()
+    if isinstance(exc, (drf.NotAuthenticated, drf.AuthenticationFailed)):
+        return errors.Unauthenticated(str(exc.detail))
+    if isinstance(exc, (drf.PermissionDenied, PermissionDenied)):
+        return _forbidden(exc)
+    if isinstance(exc, drf.Throttled):
+        wait = int(exc.wait or 1)
+        return errors.RateLimited(headers={"Retry-After": str(max(wait, 1))})
+    if isinstance(exc, drf.NotAcceptable):
+        return errors.InvalidRequest("Responses are application/json only.")
+    if isinstance(exc, RequestDataTooBig):
+        return errors.PayloadTooLarge()
+    if isinstance(exc, (OperationalError, InterfaceError, BrokerOperationalError)):
+        logger.warning("backing service unavailable: %s", exc)
+        return errors.Unavailable()
+    if isinstance(exc, drf.APIException):
+        err = errors.AGPError(str(exc.detail))
+        err.status_code = exc.status_code
+        return err
+    return None
+
+
+def _forbidden(exc) -> errors.AGPError:
+    return errors.InsufficientScope([], message=str(getattr(exc, "detail", "") or "Forbidden."))
+
+
+def error_response(err: errors.AGPError) -> JsonResponse:
+    response = JsonResponse(err.as_body(), status=err.status_code)
+    for name, value in err.headers.items():
+        response[name] = value
+    return response
+
+
+def internal_error_response(exc: BaseException | None = None) -> JsonResponse:
+    return error_response(errors.InternalError())
+
+
+def exception_handler(exc, context):
+    """DRF's exception handler: every exception raised in a view becomes the envelope.
+
+    The failed request's writes are rolled back: views run their writes inside
+    ``transaction.atomic`` blocks that the exception has already left, and any enclosing
+    request-level transaction is marked for rollback here.
+    """
+    err = to_agp_error(exc)
+    if err is None:
+        logger.exception("unhandled exception in %s", context.get("view").__class__.__name__, exc_info=exc)
+        err = errors.InternalError()
+    if isinstance(exc, DatabaseError) or err.status_code >= 500:
+        if connection.in_atomic_block:
+            transaction.set_rollback(True)
+    return error_response(err)
+
+
+def handler404(request, exception=None):
+    return error_response(errors.NotFound(f"No such path: {request.path}"))
+
+
+def handler500(request):
+    return internal_error_response()
+
+
+def handler400(request, exception=None):
+    return error_response(errors.InvalidRequest("Bad request."))
+
+
+def handler403(request, exception=None):
+    return error_response(_forbidden(exception or PermissionDenied()))

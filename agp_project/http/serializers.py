@@ -1,0 +1,53 @@
+"""Strict request parsing (CONTRACT C1): unknown and read-only fields are a 400."""
+
+from rest_framework import serializers
+
+from agp_project.ids import ID_PATTERN
+
+
+class StrictSerializer(serializers.Serializer):
+    """A serializer that refuses what it does not know, so nothing is silently dropped.
+
+    ``type_name`` is the resource's ``type`` constant: rendered first in every
+    representation and, when a request sends it, required to match.
+    """
+
+    type_name: str | None = None
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        problems = {}
+        for name in data:
+            if name == "type" and self.type_name:
+                if data[name] != self.type_name:
+                    problems[name] = [f"Must be {self.type_name!r}."]
+                continue
+            field = self.fields.get(name)
+            if field is None:
+                problems[name] = ["Unknown field."]
+            elif field.read_only:
+                problems[name] = ["This field is read-only."]
+        if problems:
+            raise serializers.ValidationError(problems)
+        return super().to_internal_value(data)
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if self.type_name:
+            return {"type": self.type_name, **data}
+        return data
+
+
+class IdField(serializers.RegexField):
+    """A resource identifier: 1-128 characters of ``[A-Za-z0-9._:-]``."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_length", 128)
+        super().__init__(ID_PATTERN, **kwargs)
+        self.error_messages["invalid"] = "Must be 1-128 characters of [A-Za-z0-9._:-]."
+
+
+class MoneySerializer(StrictSerializer):
+    currency = serializers.RegexField(r"^[A-Z]{3}$")
+    amount = serializers.DecimalField(max_digits=18, decimal_places=4, min_value=0)

@@ -1,0 +1,195 @@
+"""Settings for every environment, read from the environment (CONTRACT C10).
+
+With nothing configured the service runs on embedded defaults: a SQLite file and a
+filesystem broker under ``var/``. Production points ``AGP_DATABASE_URL`` at PostgreSQL and
+``AGP_BROKER_URL`` at Redis.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from .env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = Path(env_str("AGP_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("AGP_DEBUG", False)
+# Only signs Django admin sessions and CSRF tokens; API tokens use AGP_AUTH_SECRET.
+SECRET_KEY = env_str("AGP_DJANGO_SECRET_KEY") or env_str("AGP_AUTH_SECRET") or "agp-insecure-embedded-default"
+ALLOWED_HOSTS = env_list("AGP_ALLOWED_HOSTS", ["*"])
+CSRF_TRUSTED_ORIGINS = env_list("AGP_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "core",
+    "auth_tokens",
+    "registry",
+    "decision",
+    "execution",
+]
+
+MIDDLEWARE = [
+    "agp_project.http.middleware.SecurityHeadersMiddleware",
+    "agp_project.http.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "agp_project.http.idempotency.IdempotencyMiddleware",
+]
+
+ROOT_URLCONF = "agp_project.urls"
+WSGI_APPLICATION = "agp_project.wsgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+DATABASE_URL = env_str("AGP_DATABASE_URL", f"sqlite:///{VAR_DIR / 'agp.sqlite3'}")
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("AGP_DB_CONN_MAX_AGE", 60))}
+except ValueError as exc:
+    raise ImproperlyConfigured(f"AGP_DATABASE_URL is malformed: {exc}") from None
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # IMMEDIATE: a write transaction takes the write lock at BEGIN, so two writers
+        # queue on the lock instead of failing with "database is locked" on upgrade.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+else:
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("AGP_DB_CONNECT_TIMEOUT", 5)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- HTTP contract (CONTRACT C1, C2, C4) ---------------------------------------------
+AGP_MAX_BODY_BYTES = env_int("AGP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = AGP_MAX_BODY_BYTES
+AGP_BASE_URL = (env_str("AGP_BASE_URL") or "").rstrip("/")
+AGP_IDEMPOTENCY_TTL_SECONDS = env_int("AGP_IDEMPOTENCY_TTL_SECONDS", 86400, minimum=1)
+# A request holding a key for longer than this is presumed dead (its process crashed);
+# a retry may then take the key over.
+AGP_IDEMPOTENCY_LOCK_SECONDS = env_int("AGP_IDEMPOTENCY_LOCK_SECONDS", 120, minimum=1)
+
+# --- Authentication (CONTRACT C3) ---------------------------------------------------
+AGP_AUTH_SECRET = env_str("AGP_AUTH_SECRET")
+AGP_CLIENT_ID = env_str("AGP_CLIENT_ID")
+AGP_CLIENT_SECRET = env_str("AGP_CLIENT_SECRET")
+AGP_TOKEN_TTL_SECONDS = env_int("AGP_TOKEN_TTL_SECONDS", 3600, minimum=1)
+AGP_TOKEN_ISSUER = env_str("AGP_TOKEN_ISSUER", "agp")
+AGP_TOKEN_FAILURES_PER_MINUTE = env_int("AGP_TOKEN_FAILURES_PER_MINUTE", 10, minimum=1)
+
+# --- Signing (CONTRACT C9) ------------------------------------------------------------
+AGP_SIGNING_KEY = env_str("AGP_SIGNING_KEY")
+AGP_SIGNING_KEY_FILE = Path(env_str("AGP_SIGNING_KEY_FILE", str(VAR_DIR / "signing-key.pem")))
+AGP_ISSUER = env_str("AGP_ISSUER", "agp")
+
+# --- Governance -----------------------------------------------------------------------
+AGP_DEFAULT_MAX_HOPS = env_int("AGP_DEFAULT_MAX_HOPS", 3, minimum=0)
+AGP_OPA_URL = env_str("AGP_OPA_URL")
+AGP_ALLOW_PRIVATE_URLS = env_bool("AGP_ALLOW_PRIVATE_URLS", False)
+AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or env_str("AGP_AUTH_SECRET") or SECRET_KEY
+
+# --- Celery (CONTRACT C8) -------------------------------------------------------------
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = env_str("AGP_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    BROKER_DIR.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # One folder for both directions: producers and consumers share the queue.
+        "data_folder_in": str(BROKER_DIR),
+        "data_folder_out": str(BROKER_DIR),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # Longer than any task may run, so a message is redelivered only when its
+        # worker is really gone (late acknowledgement).
+        "visibility_timeout": env_int("AGP_BROKER_VISIBILITY_TIMEOUT", 3600, minimum=60),
+    }
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BEAT_SCHEDULE = {}
+
+# --- REST framework -------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["agp_project.http.parsers.StrictJSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["auth_tokens.authentication.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["auth_tokens.permissions.HasGroupScope"],
+    "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "agp_project.http.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "COERCE_DECIMAL_TO_STRING": False,
+    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "AGP — Agent Governance Service",
+    "DESCRIPTION": "Delegations, policy sets, decisions and fail-closed action execution for autonomous agents.",
+    "VERSION": "0.1.0",
+    "OAS_VERSION": "3.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": r"/agp",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("AGP_LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}
+
+# --- Cache (token-endpoint failure counters, compiled-policy metadata) -----------------
+_cache_url = env_str("AGP_CACHE_URL")
+if _cache_url:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -1,0 +1,24 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularJSONAPIView
+
+from auth_tokens.views import token
+from core.views import healthz, jwks, readyz
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path(".well-known/jwks.json", jwks, name="jwks"),
+    path("oauth/token", token, name="oauth-token"),
+    path("agp/openapi.json", SpectacularJSONAPIView.as_view(authentication_classes=[], permission_classes=[]),
+         name="openapi"),
+    path("agp/", include("registry.urls")),
+    path("agp/", include("decision.urls")),
+    path("agp/", include("execution.urls")),
+    path("admin/", admin.site.urls),
+]
+
+handler400 = "agp_project.http.errors.handler400"
+handler403 = "agp_project.http.errors.handler403"
+handler404 = "agp_project.http.errors.handler404"
+handler500 = "agp_project.http.errors.handler500"

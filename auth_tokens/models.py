@@ -1,0 +1,26 @@
+from django.contrib.auth.hashers import check_password, make_password
+from django.db import models
+
+
+class Client(models.Model):
+    """An API client of the client-credentials grant. The secret is kept only as a hash."""
+
+    client_id = models.CharField(max_length=128, unique=True)
+    secret_hash = models.CharField(max_length=256)
+    scopes = models.JSONField(default=list)
+    is_active = models.BooleanField(default=True)
+    description = models.CharField(max_length=256, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["client_id"]
+
+    def __str__(self):
+        return self.client_id
+
+    def set_secret(self, secret: str) -> None:
+        self.secret_hash = make_password(secret)
+
+    def check_secret(self, secret: str) -> bool:
+        return check_password(secret, self.secret_hash)

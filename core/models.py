@@ -1,0 +1,64 @@
+"""Cross-cutting records: the hash-chained ledger and stored idempotent responses."""
+
+from django.db import models
+
+
+class LedgerHead(models.Model):
+    """The single row that serialises ledger appends.
+
+    Every append locks this row (``SELECT ... FOR UPDATE``) inside the transaction that
+    records the change, so concurrent writers queue here and the chain never forks and the
+    sequence never has a gap: a rolled-back transaction rolls its head move back too.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    sequence = models.BigIntegerField(default=0)
+    hash = models.CharField(max_length=64, default="0" * 64)
+
+    class Meta:
+        verbose_name = "ledger head"
+
+
+class LedgerEvent(models.Model):
+    sequence = models.BigIntegerField(primary_key=True)
+    event_id = models.CharField(max_length=128, unique=True)
+    event_type = models.CharField(max_length=64, db_index=True)
+    resource_type = models.CharField(max_length=64)
+    resource_id = models.CharField(max_length=128)
+    actor = models.CharField(max_length=128)
+    payload = models.JSONField(default=dict)
+    payload_hash = models.CharField(max_length=71)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-sequence"]
+        indexes = [models.Index(fields=["resource_type", "resource_id"])]
+
+    def __str__(self):
+        return f"#{self.sequence} {self.event_type} {self.resource_id}"
+
+
+class IdempotencyRecord(models.Model):
+    """A request made with an ``Idempotency-Key`` and, once answered, its response (C4)."""
+
+    IN_FLIGHT = "in_flight"
+    DONE = "done"
+
+    client_id = models.CharField(max_length=128)
+    method = models.CharField(max_length=8)
+    path = models.CharField(max_length=512)
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, default=IN_FLIGHT)
+    response_status = models.PositiveSmallIntegerField(null=True)
+    response_body = models.BinaryField(null=True)
+    response_headers = models.JSONField(default=dict)
+    locked_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["client_id", "method", "path", "key"], name="idempotency_scope_unique"),
+        ]

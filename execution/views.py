@@ -1,0 +1,34 @@
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from agp_project import errors
+from agp_project.http.viewsets import AGPViewSet, CreateMixin
+from core.ledger import ledger_append_client_event, ledger_verify
+from core.models import LedgerEvent
+
+from .serializers import LedgerEventSerializer, LedgerVerificationSerializer
+
+
+class LedgerEventViewSet(CreateMixin, AGPViewSet):
+    """The hash-chained ledger: read it, append client events, verify the chain."""
+
+    queryset = LedgerEvent.objects.all()
+    serializer_class = LedgerEventSerializer
+    collection = "ledger-events"
+    lookup_field = "sequence"
+    lookup_value_regex = r"[0-9]{1,18}"
+    scope_group = "execution"
+    filter_fields = {"event_type": "event_type", "resource_type": "resource_type",
+                     "resource_id": "resource_id", "actor": "actor"}
+
+    def perform_create(self, validated, actor):
+        event_id = validated.get("event_id")
+        if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
+            raise errors.Conflict(f"A ledger event with event_id {event_id!r} exists.")
+        return ledger_append_client_event(actor=actor, **validated)
+
+    @extend_schema(responses=LedgerVerificationSerializer)
+    @action(detail=False, methods=["get"], url_path="verify")
+    def verify(self, request):
+        return Response(ledger_verify().as_dict())
