@@ -1,0 +1,75 @@
+from django.db import models
+
+
+class DecisionOutcome(models.TextChoices):
+    APPROVE = "approve"
+    DENY = "deny"
+    ESCALATE = "escalate"
+
+
+class DecisionStatus(models.TextChoices):
+    DRAFT = "draft"
+    FINALISED = "finalised"
+
+
+class Recommendation(models.TextChoices):
+    PROCEED = "proceed"
+    PROCEED_WITH_CONDITIONS = "proceed_with_conditions"
+    DEFER = "defer"
+    DO_NOT_PROCEED = "do_not_proceed"
+
+
+class Horizon(models.TextChoices):
+    IMMEDIATE = "immediate"
+    SHORT_TERM = "short_term"
+    MEDIUM_TERM = "medium_term"
+    LONG_TERM = "long_term"
+
+
+class Severity(models.TextChoices):
+    NEGLIGIBLE = "negligible"
+    MINOR = "minor"
+    MODERATE = "moderate"
+    MAJOR = "major"
+    SEVERE = "severe"
+
+
+class ImpactDirection(models.TextChoices):
+    POSITIVE = "positive"
+    NEGATIVE = "negative"
+    NEUTRAL = "neutral"
+    MIXED = "mixed"
+
+
+class EthicalFramework(models.TextChoices):
+    VEIL_OF_IGNORANCE = "veil_of_ignorance"
+    UTILITARIAN = "utilitarian"
+    DEONTOLOGICAL = "deontological"
+    VIRTUE_ETHICS = "virtue_ethics"
+    CARE_ETHICS = "care_ethics"
+    RIGHTS_BASED = "rights_based"
+
+
+class ApprovalVerdict(models.TextChoices):
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+class EscalationStatus(models.TextChoices):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class EscalationOutcome(models.TextChoices):
+    UPHELD = "upheld"
+    DISMISSED = "dismissed"
+    PARTIALLY_UPHELD = "partially_upheld"
+
+
+class CommerceSessionStatus(models.TextChoices):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+DECISION_TERMINAL = DecisionStatus.FINALISED
+ESCALATION_TERMINAL = EscalationStatus.RESOLVED

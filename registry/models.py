@@ -1,0 +1,165 @@
+"""Registry records: who may act for whom, with which tools, under which rules."""
+
+from django.db import models
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+
+from .choices import ActionClass, ActiveStatus, AttestationLevel, Connector, PolicySetStatus, RevocationTarget, RiskLevel, TaskStatus
+
+
+class Task(models.Model):
+    task_id = models.CharField(max_length=128, unique=True)
+    root_principal = models.CharField(max_length=128, db_index=True)
+    agent_id = models.CharField(max_length=128, db_index=True)
+    title = models.CharField(max_length=512, blank=True, default="")
+    risk_level = models.CharField(max_length=16, choices=RiskLevel.choices, default=RiskLevel.LOW)
+    action_class = models.CharField(max_length=16, choices=ActionClass.choices, default=ActionClass.READ)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN, db_index=True)
+    created_at = models.DateTimeField()
+
+    def __str__(self):
+        return self.task_id
+
+
+class Delegation(models.Model):
+    """One link of a delegation chain (CONTRACT C5).
+
+    ``path`` is the materialised path of primary keys from the root to this link
+    (``"000000000001/000000000007/"``): the chain of any link is one indexed query, and
+    every descendant of a link is ``path__startswith=link.path``.
+    """
+
+    delegation_id = models.CharField(max_length=128, unique=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children",
+                               to_field="delegation_id", db_column="parent_delegation_id")
+    root_principal = models.CharField(max_length=128)
+    delegator_agent = models.CharField(max_length=128)
+    delegate_agent = models.CharField(max_length=128)
+    authority_scope = models.JSONField(default=list)
+    spend_currency = models.CharField(max_length=3, null=True, blank=True)
+    spend_amount = models.DecimalField(max_digits=18, decimal_places=4, null=True, blank=True)
+    max_hops_remaining = models.PositiveIntegerField()
+    constraints_extra = models.JSONField(default=dict, blank=True)
+    depth = models.PositiveSmallIntegerField(default=0)
+    path = models.CharField(max_length=2048, db_index=True, blank=True, default="")
+    accepted_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    signature = models.JSONField(default=dict)
+    signature_chain = models.JSONField(default=list)
+    status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # Parent discovery: the delegator's own inbound delegations in one tree.
+            models.Index(fields=["delegate_agent", "root_principal", "status"], name="delegation_parent_lookup"),
+        ]
+
+    def __str__(self):
+        return self.delegation_id
+
+
+class PolicySet(ConcurrentTransitionMixin, models.Model):
+    """A versioned Rego ruleset whose status only moves forward (CONTRACT C6)."""
+
+    policy_set_id = models.CharField(max_length=128, unique=True)
+    name = models.CharField(max_length=256)
+    version = models.CharField(max_length=64)
+    publisher = models.CharField(max_length=256, blank=True, default="")
+    regulatory_frameworks = models.JSONField(default=list, blank=True)
+    jurisdictions = models.JSONField(default=list, blank=True)
+    ruleset = models.TextField()
+    ruleset_hash = models.CharField(max_length=71)
+    ruleset_engine = models.CharField(max_length=16, default="opa")
+    ruleset_engine_version = models.CharField(max_length=64, blank=True, default="")
+    ruleset_uri = models.URLField(max_length=1024, blank=True, default="")
+    attestation_level = models.CharField(max_length=32, choices=AttestationLevel.choices,
+                                         default=AttestationLevel.UNVERIFIED)
+    certifying_body = models.CharField(max_length=256, blank=True, default="")
+    status = FSMField(max_length=16, choices=PolicySetStatus.choices, default=PolicySetStatus.ACTIVE, protected=True)
+    effective_from = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    supersedes = models.CharField(max_length=128, blank=True, default="")
+    signature = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+
+    def __str__(self):
+        return f"{self.policy_set_id} ({self.name} {self.version})"
+
+    @transition(field=status, source=PolicySetStatus.ACTIVE, target=PolicySetStatus.DEPRECATED)
+    def deprecate(self):
+        """active -> deprecated: still evaluable, with a warning."""
+
+    @transition(field=status, source=PolicySetStatus.DEPRECATED, target=PolicySetStatus.REVOKED)
+    def revoke(self):
+        """deprecated -> revoked: no new evaluation may cite it."""
+
+
+class Capability(models.Model):
+    capability_id = models.CharField(max_length=128, unique=True)
+    agent_id = models.CharField(max_length=128, db_index=True)
+    delegation = models.ForeignKey(Delegation, on_delete=models.PROTECT, related_name="capabilities",
+                                   to_field="delegation_id", db_column="delegation_id")
+    tool_id = models.CharField(max_length=128)
+    operations = models.JSONField(default=list)
+    allowed_parameter_ranges = models.JSONField(default=dict, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "capabilities"
+
+    def __str__(self):
+        return self.capability_id
+
+
+class Skill(models.Model):
+    skill_id = models.CharField(max_length=128, unique=True)
+    agent_id = models.CharField(max_length=128)
+    name = models.CharField(max_length=256)
+    version = models.CharField(max_length=64, blank=True, default="")
+    tool_id = models.CharField(max_length=128)
+    connector = models.CharField(max_length=16, choices=Connector.choices, default=Connector.NOOP)
+    endpoint_url = models.URLField(max_length=1024, blank=True, default="")
+    status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["agent_id", "tool_id", "status"], name="skill_agent_tool")]
+
+    def __str__(self):
+        return self.skill_id
+
+
+class LiabilityBinding(models.Model):
+    binding_id = models.CharField(max_length=128, unique=True)
+    root_principal = models.CharField(max_length=128)
+    agent_id = models.CharField(max_length=128, db_index=True)
+    liable_party = models.CharField(max_length=256)
+    coverage_currency = models.CharField(max_length=3, null=True, blank=True)
+    coverage_amount = models.DecimalField(max_digits=18, decimal_places=4, null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
+    created_at = models.DateTimeField()
+
+    def __str__(self):
+        return self.binding_id
+
+
+class Revocation(models.Model):
+    """An immediate, irreversible, cascading revocation (CONTRACT C9)."""
+
+    revocation_id = models.CharField(max_length=128, unique=True)
+    target_type = models.CharField(max_length=32, choices=RevocationTarget.choices)
+    target_id = models.CharField(max_length=128)
+    reason = models.TextField(blank=True, default="")
+    revoked_by = models.CharField(max_length=128, blank=True, default="")
+    revoked_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["target_type", "target_id"], name="revocation_target")]
+
+    def __str__(self):
+        return f"{self.target_type}:{self.target_id}"
