@@ -1,0 +1,40 @@
+from django.db import models
+
+
+class OperationStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+OPERATION_TERMINAL = (OperationStatus.SUCCEEDED, OperationStatus.FAILED, OperationStatus.CANCELLED)
+
+
+class EnvelopeStatus(models.TextChoices):
+    ACCEPTED = "accepted"
+    EXECUTED = "executed"
+    FAILED = "failed"
+
+
+class ReceiptStatus(models.TextChoices):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class PaymentStatus(models.TextChoices):
+    RESERVED = "reserved"
+    COMMITTED = "committed"
+    RELEASED = "released"
+
+
+class CallbackStatus(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class OutboxStatus(models.TextChoices):
+    PENDING = "pending"
+    PUBLISHED = "published"

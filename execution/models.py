@@ -1,0 +1,140 @@
+"""Execution records: accepted envelopes, their operations, receipts, payments, callbacks."""
+
+from django.db import models
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+
+from .choices import CallbackStatus, EnvelopeStatus, OperationStatus, OutboxStatus, PaymentStatus, ReceiptStatus
+
+
+class ActionEnvelope(models.Model):
+    """An envelope accepted for execution (``Prefer: respond-async``), as submitted and as checked.
+
+    ``inputs`` keeps the request as received, so replay can re-run the checks on exactly
+    what was submitted; ``checks`` keeps each check's outcome at submission.
+    """
+
+    action_id = models.CharField(max_length=128, unique=True)
+    task_id = models.CharField(max_length=128, db_index=True)
+    agent_id = models.CharField(max_length=128, db_index=True)
+    tool_id = models.CharField(max_length=128)
+    operation = models.CharField(max_length=128)
+    capability_token_ref = models.CharField(max_length=128)
+    decision_ref = models.CharField(max_length=128, db_index=True)
+    policy_decision_ref = models.CharField(max_length=128)
+    parameters = models.JSONField(default=dict)
+    parameters_hash = models.CharField(max_length=71)
+    allowed_parameter_ranges = models.JSONField(default=dict)
+    approval_ref = models.CharField(max_length=128, blank=True, default="")
+    commerce_session_ref = models.CharField(max_length=128, blank=True, default="")
+    payment_ref = models.CharField(max_length=128, blank=True, default="")
+    delegation_ref = models.CharField(max_length=128, blank=True, default="")
+    callback_url = models.URLField(max_length=2048, blank=True, default="")
+    governance_attestations = models.JSONField(default=list)
+    signature = models.JSONField(default=dict)
+    inputs = models.JSONField(default=dict)
+    checks = models.JSONField(default=list)
+    status = models.CharField(max_length=16, choices=EnvelopeStatus.choices, default=EnvelopeStatus.ACCEPTED)
+    submitted_by = models.CharField(max_length=128, blank=True, default="")
+    created_at = models.DateTimeField()
+    accepted_at = models.DateTimeField()
+
+    def __str__(self):
+        return self.action_id
+
+
+class Operation(ConcurrentTransitionMixin, models.Model):
+    """The asynchronous execution of one envelope: pending -> running -> succeeded | failed."""
+
+    operation_id = models.CharField(max_length=128, unique=True)
+    envelope = models.OneToOneField(ActionEnvelope, on_delete=models.PROTECT, related_name="operation",
+                                    to_field="action_id", db_column="action_id")
+    status = FSMField(max_length=16, choices=OperationStatus.choices, default=OperationStatus.PENDING,
+                      protected=True, db_index=True)
+    error = models.JSONField(null=True, blank=True)
+    callback_url = models.URLField(max_length=2048, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self):
+        return self.operation_id
+
+    @transition(field=status, source=OperationStatus.PENDING, target=OperationStatus.RUNNING)
+    def start(self):
+        """pending -> running: a worker claimed the operation."""
+
+    @transition(field=status, source=OperationStatus.RUNNING, target=OperationStatus.SUCCEEDED)
+    def succeed(self):
+        """running -> succeeded."""
+
+    @transition(field=status, source=[OperationStatus.PENDING, OperationStatus.RUNNING], target=OperationStatus.FAILED)
+    def fail(self):
+        """pending|running -> failed (a re-check failed, or the tool failed)."""
+
+    @transition(field=status, source=OperationStatus.PENDING, target=OperationStatus.CANCELLED)
+    def cancel(self):
+        """pending -> cancelled."""
+
+
+class Receipt(models.Model):
+    receipt_id = models.CharField(max_length=128, unique=True)
+    # One receipt per operation: the database refuses a second, whatever a worker does.
+    operation = models.OneToOneField(Operation, on_delete=models.PROTECT, related_name="receipt",
+                                     to_field="operation_id", db_column="operation_id")
+    action_id = models.CharField(max_length=128, db_index=True)
+    status = models.CharField(max_length=16, choices=ReceiptStatus.choices)
+    result = models.JSONField(default=dict, blank=True)
+    result_hash = models.CharField(max_length=71)
+    started_at = models.DateTimeField()
+    completed_at = models.DateTimeField()
+    executor = models.CharField(max_length=256)
+    signature = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+
+
+class Payment(models.Model):
+    """An amount reserved on a commerce session at acceptance, committed or released later."""
+
+    payment_id = models.CharField(max_length=128, unique=True)
+    envelope = models.OneToOneField(ActionEnvelope, on_delete=models.PROTECT, related_name="payment",
+                                    to_field="action_id", db_column="action_id")
+    session_id = models.CharField(max_length=128, db_index=True)
+    currency = models.CharField(max_length=3)
+    amount = models.DecimalField(max_digits=18, decimal_places=4)
+    status = models.CharField(max_length=16, choices=PaymentStatus.choices, default=PaymentStatus.RESERVED)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+
+class OutboxMessage(models.Model):
+    """A task to publish, written in the transaction that makes it due.
+
+    Publishing happens after commit; a periodic sweep re-publishes what a crash between
+    commit and publish left behind, so nothing accepted is ever lost.
+    """
+
+    task_name = models.CharField(max_length=128)
+    args = models.JSONField(default=list)
+    status = models.CharField(max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING,
+                              db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)
+
+
+class CallbackAttempt(models.Model):
+    """One delivery attempt of an operation's callback, kept for audit."""
+
+    operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="callback_attempts",
+                                  to_field="operation_id", db_column="operation_id")
+    attempt = models.PositiveIntegerField()
+    url = models.URLField(max_length=2048)
+    status = models.CharField(max_length=16, choices=CallbackStatus.choices)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    attempted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["operation", "attempt"], name="callback_attempt_unique")]
