@@ -46,7 +46,7 @@ class Operation(ConcurrentTransitionMixin, models.Model):
     """The asynchronous execution of one envelope: pending -> running -> succeeded | failed."""
 
     operation_id = models.CharField(max_length=128, unique=True)
-    envelope = models.OneToOneField(ActionEnvelope, on_delete=models.PROTECT, related_name="operation",
+    envelope = models.OneToOneField(ActionEnvelope, on_delete=models.PROTECT, related_name="async_operation",
                                     to_field="action_id", db_column="action_id")
     status = FSMField(max_length=16, choices=OperationStatus.choices, default=OperationStatus.PENDING,
                       protected=True, db_index=True)
