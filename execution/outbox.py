@@ -1,0 +1,54 @@
+"""The transactional outbox: a task is recorded with the change that makes it due.
+
+``outbox_enqueue`` writes an OutboxMessage in the caller's transaction and publishes it to
+the broker after commit. If the process dies between commit and publish, or the broker is
+briefly away, ``outbox_sweep`` (run periodically by beat) publishes what is still pending.
+Task bodies are idempotent, so a message published twice does no harm.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from .choices import OutboxStatus
+from .models import OutboxMessage
+
+logger = logging.getLogger(__name__)
+
+# A message younger than this is left to its own on-commit publish.
+SWEEP_GRACE = timedelta(seconds=30)
+
+
+def outbox_enqueue(*, task_name: str, args: list) -> OutboxMessage:
+    """Record a task in the current transaction; publish it once the transaction commits."""
+    message = OutboxMessage.objects.create(task_name=task_name, args=args, created_at=timezone.now())
+    transaction.on_commit(lambda: outbox_publish(message_id=message.pk))
+    return message
+
+
+def outbox_publish(*, message_id: int) -> bool:
+    """Send one pending message to the broker; True when it was sent by this call."""
+    from agp_project.celery import app
+
+    message = OutboxMessage.objects.filter(pk=message_id, status=OutboxStatus.PENDING).first()
+    if message is None:
+        return False
+    try:
+        app.send_task(message.task_name, args=message.args)
+    except Exception as exc:  # the broker is down: the sweep will retry
+        OutboxMessage.objects.filter(pk=message_id).update(attempts=message.attempts + 1)
+        logger.warning("outbox: publishing message %s failed: %s", message_id, exc)
+        return False
+    OutboxMessage.objects.filter(pk=message_id, status=OutboxStatus.PENDING).update(
+        status=OutboxStatus.PUBLISHED, published_at=timezone.now(), attempts=message.attempts + 1)
+    return True
+
+
+def outbox_sweep(*, older_than: timedelta = SWEEP_GRACE, limit: int = 500) -> int:
+    """Publish pending messages older than ``older_than``; returns how many were sent."""
+    cutoff = timezone.now() - older_than
+    ids = list(OutboxMessage.objects.filter(status=OutboxStatus.PENDING, created_at__lt=cutoff)
+               .order_by("pk").values_list("pk", flat=True)[:limit])
+    return sum(outbox_publish(message_id=pk) for pk in ids)
