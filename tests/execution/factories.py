@@ -1,0 +1,266 @@
+"""A complete governance world, built with the ORM, in which an action envelope passes all ten checks.
+
+``make_world(action_class="read", risk_level="low", **overrides)`` creates (each with ids unique to
+the world, so several worlds coexist in one test):
+
+- ``task`` (open) for ``root_principal`` and ``agent_id``;
+- ``root_delegation`` (root principal -> ``orchestrator_id``, scope ``[f"{tool_id}:*"]``, spend limit
+  1000 USD) and ``delegation`` (orchestrator -> agent, scope ``[f"{tool_id}:{operation}"]``, spend
+  limit 500 USD), with materialised paths as registry/models.py describes;
+- ``capability`` (agent, child delegation, tool, [operation], parameter ranges) and ``skill``
+  (agent, tool, ``connector`` "noop" by default);
+- ``policy_set`` (active, a real Rego ruleset) and ``evaluation`` (allowed; ``require_approval``
+  as asked; the Rego really evaluates to that result for the recorded ``input``);
+- ``decision`` (approve, finalised), ``assessment`` (when rule 5 applies, or when asked),
+  ``approval`` (approved, unexpired);
+- for ``transact`` (or ``commerce=True``): ``session`` (open commerce session, 200 USD) and
+  ``binding`` (active liability binding); ``None`` otherwise.
+
+``world.envelope_request(**overrides)`` returns a request body for ``POST /agp/action-envelopes``
+that passes every check (``parameters`` set to an amount within range for transact).
+
+Overrides (all optional): ``tool_id``, ``operation``, ``connector``, ``endpoint_url``,
+``require_approval``, ``impact_assessment`` (True/False; default: when rule 5 applies),
+``recommendation``, ``commerce`` (True/False; default: transact), ``amount_limit``,
+``spend_limit`` (child delegation, Decimal or None), ``root_spend_limit``, ``currency``,
+``allowed_parameter_ranges``, ``parameters`` (the default request parameters), ``approval``
+(True/False; default True).
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.utils import timezone
+
+from agp_project.canonical import content_hash
+from agp_project.ids import new_id
+from decision.models import Approval, CommerceSession, Decision, ImpactAssessment, PolicyEvaluation
+from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Skill, Task
+
+RULESET = """package agp.test
+
+import rego.v1
+
+default allow := false
+
+default require_approval := false
+
+allow if input.action_class in {"read", "write", "communicate", "transact", "delete", "admin"}
+
+require_approval if input.require_approval == true
+
+deny contains "amount over 1000" if input.amount > 1000
+"""
+
+# A candidate ruleset that denies every transact action (for replay what-if tests).
+DENY_TRANSACT_RULESET = """package agp.candidate
+
+import rego.v1
+
+default allow := false
+
+allow if input.action_class != "transact"
+
+deny contains "transact actions are suspended" if input.action_class == "transact"
+"""
+
+RULE5_RISK = ("high", "critical")
+RULE5_CLASSES = ("transact", "delete", "admin")
+
+
+def ruleset_hash(ruleset: str) -> str:
+    return "sha256:" + hashlib.sha256(ruleset.encode("utf-8")).hexdigest()
+
+
+def _iso(value) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _path_segment(pk: int) -> str:
+    return f"{pk:012d}/"
+
+
+def make_delegation(*, root_principal: str, delegator: str, delegate: str, scope: list[str],
+                    parent: Delegation | None = None, spend: tuple[str, Decimal] | None = None,
+                    expires_at=None, max_hops: int = 3) -> Delegation:
+    """One delegation link with its materialised path (registry/models.py)."""
+    now = timezone.now()
+    delegation = Delegation.objects.create(
+        delegation_id=new_id("dlg"), parent=parent, root_principal=root_principal, delegator_agent=delegator,
+        delegate_agent=delegate, authority_scope=scope,
+        spend_currency=spend[0] if spend else None, spend_amount=spend[1] if spend else None,
+        max_hops_remaining=max_hops, depth=(parent.depth + 1) if parent else 0,
+        accepted_at=now, expires_at=expires_at or now + timedelta(days=1), created_at=now)
+    delegation.path = (parent.path if parent else "") + _path_segment(delegation.pk)
+    delegation.save(update_fields=["path"])
+    return delegation
+
+
+def make_policy_set(*, ruleset: str = RULESET, status: str = "active", **fields) -> PolicySet:
+    now = timezone.now()
+    values = {"policy_set_id": new_id("ps"), "name": "test policies", "version": "1.0.0",
+              "ruleset": ruleset, "ruleset_hash": ruleset_hash(ruleset), "created_at": now,
+              "effective_from": now}
+    values.update(fields)
+    policy_set = PolicySet(**values)
+    policy_set.save()
+    if status != "active":
+        # status is an FSM-protected field: set it with a plain UPDATE, as a fixture may.
+        PolicySet.objects.filter(pk=policy_set.pk).update(status=status)
+        policy_set = PolicySet.objects.get(pk=policy_set.pk)
+    return policy_set
+
+
+@dataclass
+class World:
+    root_principal: str
+    agent_id: str
+    orchestrator_id: str
+    tool_id: str
+    operation: str
+    task: Task
+    root_delegation: Delegation
+    delegation: Delegation
+    capability: Capability
+    skill: Skill
+    policy_set: PolicySet
+    evaluation: PolicyEvaluation
+    decision: Decision
+    assessment: ImpactAssessment | None
+    approval: Approval | None
+    session: CommerceSession | None
+    binding: LiabilityBinding | None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def envelope_request(self, **overrides) -> dict[str, Any]:
+        """A request body that passes all ten checks; keys in ``overrides`` replace (None removes)."""
+        body = {
+            "type": "ActionEnvelope",
+            "action_id": new_id("act"),
+            "task_id": self.task.task_id,
+            "agent_id": self.agent_id,
+            "tool_id": self.tool_id,
+            "operation": self.operation,
+            "capability_token_ref": self.capability.capability_id,
+            "decision_ref": self.decision.decision_id,
+            "policy_decision_ref": self.evaluation.evaluation_id,
+            "created_at": _iso(timezone.now()),
+            "parameters": dict(self.parameters),
+        }
+        for key, value in overrides.items():
+            if value is None:
+                body.pop(key, None)
+            else:
+                body[key] = value
+        return body
+
+    def refresh(self) -> "World":
+        """Reload every record from the database."""
+        for name in ("task", "root_delegation", "delegation", "capability", "skill", "policy_set", "evaluation",
+                     "decision", "assessment", "approval", "session", "binding"):
+            record = getattr(self, name)
+            if record is not None:
+                record.refresh_from_db()
+        return self
+
+
+def make_world(action_class: str = "read", risk_level: str = "low", **overrides) -> World:
+    """Build a complete governance world in which ``world.envelope_request()`` passes every check."""
+    now = timezone.now()
+    later = now + timedelta(days=1)
+    suffix = new_id("w")[2:].lower()
+    root_principal = overrides.get("root_principal", f"principal-{suffix}")
+    agent_id = overrides.get("agent_id", f"agent-{suffix}")
+    orchestrator_id = f"orchestrator-{suffix}"
+    tool_id = overrides.get("tool_id", "crm")
+    operation = overrides.get("operation", "update")
+    currency = overrides.get("currency", "USD")
+    transact = action_class == "transact"
+
+    task = Task.objects.create(task_id=new_id("task"), root_principal=root_principal, agent_id=agent_id,
+                               title="test task", risk_level=risk_level, action_class=action_class,
+                               status="open", created_at=now)
+
+    root_spend = overrides.get("root_spend_limit", Decimal("1000"))
+    child_spend = overrides.get("spend_limit", Decimal("500"))
+    root_delegation = make_delegation(
+        root_principal=root_principal, delegator=root_principal, delegate=orchestrator_id,
+        scope=[f"{tool_id}:*"], spend=(currency, root_spend) if root_spend is not None else None)
+    delegation = make_delegation(
+        root_principal=root_principal, delegator=orchestrator_id, delegate=agent_id,
+        scope=[f"{tool_id}:{operation}"], parent=root_delegation, max_hops=2,
+        spend=(currency, child_spend) if child_spend is not None else None)
+
+    if transact:
+        default_ranges = {"amount": {"min": 0, "max": 100}, "currency": {"enum": [currency]}}
+        default_parameters = {"amount": 50, "currency": currency}
+    else:
+        default_ranges = {"limit": {"min": 1, "max": 100}}
+        default_parameters = {"limit": 10}
+    capability = Capability.objects.create(
+        capability_id=new_id("cap"), agent_id=agent_id, delegation=delegation, tool_id=tool_id,
+        operations=[operation], allowed_parameter_ranges=overrides.get("allowed_parameter_ranges", default_ranges),
+        expires_at=later, status="active", created_at=now)
+    skill = Skill.objects.create(
+        skill_id=new_id("skl"), agent_id=agent_id, name=f"{tool_id} connector", version="1",
+        tool_id=tool_id, connector=overrides.get("connector", "noop"),
+        endpoint_url=overrides.get("endpoint_url", ""), status="active", created_at=now)
+
+    require_approval = bool(overrides.get("require_approval", False))
+    policy_set = make_policy_set()
+    parameters = overrides.get("parameters", default_parameters)
+    policy_input = {"task_id": task.task_id, "agent_id": agent_id, "tool_id": tool_id, "operation": operation,
+                    "action_class": action_class, "risk_level": risk_level, "require_approval": require_approval,
+                    "amount": parameters.get("amount", 0)}
+    evaluation = PolicyEvaluation.objects.create(
+        evaluation_id=new_id("pe"), policy_set=policy_set, task=task, agent_id=agent_id, input=policy_input,
+        input_hash=content_hash(policy_input), ruleset_hash=policy_set.ruleset_hash,
+        result={"allow": True, "require_approval": require_approval, "reasons": []},
+        allowed=True, require_approval=require_approval, warnings=[], evaluated_at=now, created_at=now)
+    decision = Decision(decision_id=new_id("dec"), task=task, agent_id=agent_id, outcome="approve",
+                        rationale="within policy", policy_evaluation=evaluation, created_at=now)
+    decision.save()
+
+    rule5 = risk_level in RULE5_RISK and action_class in RULE5_CLASSES
+    assessment = None
+    if overrides.get("impact_assessment", rule5):
+        assessment = ImpactAssessment.objects.create(
+            assessment_id=new_id("ia"), task=task, decision=decision, agent_id=f"assessor-{suffix}",
+            time_horizons=[{"horizon": "immediate", "consequences": ["funds move"], "severity": "minor",
+                            "reversible": True}],
+            recommendation=overrides.get("recommendation", "proceed"), assessed_at=now, created_at=now)
+    # Finalise after the assessment exists (rule 5 ordering); status is FSM-protected.
+    Decision.objects.filter(pk=decision.pk).update(status="finalised", finalised_at=now)
+    decision.refresh_from_db()
+
+    approval = None
+    if overrides.get("approval", True):
+        approval = Approval.objects.create(
+            approval_id=new_id("apr"), decision=decision, approver=f"approver-{suffix}", verdict="approved",
+            conditions=["log every call"], expires_at=later, created_at=now)
+
+    session = binding = None
+    if overrides.get("commerce", transact):
+        session = CommerceSession.objects.create(
+            session_id=new_id("cs"), task=task, agent_id=agent_id, delegation=delegation, merchant="acme",
+            currency=currency, amount_limit=overrides.get("amount_limit", Decimal("200")),
+            status="open", expires_at=later, created_at=now)
+        binding = LiabilityBinding.objects.create(
+            binding_id=new_id("lb"), root_principal=root_principal, agent_id=agent_id,
+            liable_party=root_principal, coverage_currency=currency, coverage_amount=Decimal("10000"),
+            expires_at=later, status="active", created_at=now)
+
+    return World(root_principal=root_principal, agent_id=agent_id, orchestrator_id=orchestrator_id,
+                 tool_id=tool_id, operation=operation, task=task, root_delegation=root_delegation,
+                 delegation=delegation, capability=capability, skill=skill, policy_set=policy_set,
+                 evaluation=evaluation, decision=decision, assessment=assessment, approval=approval,
+                 session=session, binding=binding, parameters=dict(parameters))
+
+
+def make_full_world(**overrides) -> World:
+    """The world where every one of the ten checks has something to check: a critical transact."""
+    overrides.setdefault("require_approval", True)
+    return make_world(action_class="transact", risk_level="critical", **overrides)
