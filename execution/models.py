@@ -53,6 +53,12 @@ class Operation(ConcurrentTransitionMixin, models.Model):
     error = models.JSONField(null=True, blank=True)
     callback_url = models.URLField(max_length=2048, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
+    # The claim of the worker executing it (execution/runner.py): the worker renews its lease
+    # while it runs; a lease left to expire means the worker died and another may take over.
+    # ``attempts`` is the fencing token: only the latest claim may record the outcome.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    executor = models.CharField(max_length=256, blank=True, default="")
+    connector = models.CharField(max_length=16, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
