@@ -3,18 +3,25 @@ from django.db import models
 
 
 class Client(models.Model):
-    """An API client of the client-credentials grant. The secret is kept only as a hash."""
+    """An API client of the client-credentials grant (CONTRACT C3).
+
+    The secret is kept only as a password hash. ``tokens_not_before`` is moved forward when
+    the secret is rotated or the client is disabled: tokens issued before it stop working,
+    so a leaked secret's tokens die with the rotation, not an hour later.
+    """
 
     client_id = models.CharField(max_length=128, unique=True)
     secret_hash = models.CharField(max_length=256)
     scopes = models.JSONField(default=list)
     is_active = models.BooleanField(default=True)
     description = models.CharField(max_length=256, blank=True, default="")
+    tokens_not_before = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["client_id"]
+        verbose_name = "API client"
 
     def __str__(self):
         return self.client_id

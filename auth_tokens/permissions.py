@@ -1,11 +1,14 @@
 """Scope enforcement declared once per viewset (CONTRACT C3).
 
-A viewset names its API group in ``scope_group``. Reads need the group's ``.read`` or
-``.write`` scope; writes need ``.write``, unless ``write_scopes`` names another scope for
-an action (approvals, policy evaluations, revocations). ``read_scopes`` replaces the read
-rule (operations accept any execution or decision scope).
+A viewset names its API group in ``scope_group``. Reads (GET, HEAD, OPTIONS) need the
+group's ``.read`` or ``.write`` scope; writes need ``.write``. ``write_scopes`` maps an action
+to the scope(s) that replace that rule (POST approvals: ``agp.approval.write``, POST
+policy-evaluations: ``agp.policy.write``, POST revocations: ``agp.revocation.write``);
+``read_scopes`` replaces the read rule (operations accept any execution or decision scope).
+Holding any one of the required scopes is enough.
 """
 
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework.permissions import BasePermission
 
 from agp_project import errors
@@ -13,14 +16,26 @@ from agp_project import errors
 from .services import auth_enabled
 
 READ_METHODS = ("GET", "HEAD", "OPTIONS")
+GROUPS = ("registry", "decision", "execution")
 
 
 def required_scopes(view, method: str) -> list[str]:
-    group = view.scope_group
+    """The scopes of which a token needs one for ``method`` on ``view``."""
+    group = getattr(view, "scope_group", "")
     if method in READ_METHODS:
-        return list(getattr(view, "read_scopes", None) or (f"agp.{group}.read", f"agp.{group}.write"))
-    override = getattr(view, "write_scopes", {}).get(getattr(view, "action", None))
-    return [override or f"agp.{group}.write"]
+        declared = getattr(view, "read_scopes", None)
+        if declared:
+            return list(declared)
+        default = [f"agp.{group}.read", f"agp.{group}.write"]
+    else:
+        declared = (getattr(view, "write_scopes", None) or {}).get(getattr(view, "action", None))
+        if declared:
+            return [declared] if isinstance(declared, str) else list(declared)
+        default = [f"agp.{group}.write"]
+    if group not in GROUPS:
+        # Fail closed and loudly: a view without its API group must not fall open.
+        raise ImproperlyConfigured(f"{type(view).__name__} declares no scope_group (one of {', '.join(GROUPS)}).")
+    return default
 
 
 class HasGroupScope(BasePermission):

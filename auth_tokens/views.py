@@ -1,11 +1,16 @@
 """``POST /oauth/token``: the OAuth 2.0 client-credentials grant (RFC 6749 4.4, CONTRACT C3).
 
 Errors here follow RFC 6749 5.2, not the AGP envelope, because OAuth client libraries
-parse that shape.
+parse that shape: 401 ``invalid_client``, otherwise 400. Failed client authentications are
+counted per source address and per client id; past ``AGP_TOKEN_FAILURES_PER_MINUTE`` in
+the current minute, every attempt from that address or for that client gets 429
+``slow_down`` with ``Retry-After`` until the minute ends.
 """
 
 import base64
 import binascii
+import hashlib
+import logging
 import time
 from urllib.parse import unquote_plus
 
@@ -13,24 +18,31 @@ from django.conf import settings
 from django.core.cache import cache
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from .scopes import parse_scopes
 from .services import auth_enabled, client_authenticate, token_issue
 
+logger = logging.getLogger(__name__)
+
 WINDOW_SECONDS = 60
+BASIC_CHALLENGE = {"WWW-Authenticate": 'Basic realm="agp"'}
 
 
 def oauth_error(error: str, description: str, status: int = 400, headers: dict | None = None) -> JsonResponse:
     response = JsonResponse({"error": error, "error_description": description}, status=status)
-    response["Cache-Control"] = "no-store"
-    response["Pragma"] = "no-cache"
+    _no_store(response)
     for name, value in (headers or {}).items():
         response[name] = value
     return response
 
 
+def _no_store(response) -> None:
+    response["Cache-Control"] = "no-store"
+    response["Pragma"] = "no-cache"
+
+
 def _basic_credentials(request) -> tuple[str, str] | None:
+    """HTTP Basic client credentials; ``("", "")`` when the header is malformed."""
     header = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, encoded = header.partition(" ")
     if scheme.lower() != "basic":
@@ -47,32 +59,47 @@ def _basic_credentials(request) -> tuple[str, str] | None:
 
 
 def _throttle_keys(request, client_id: str) -> list[str]:
+    # Fixed one-minute windows; the client id is attacker-chosen text, so it is hashed
+    # into the key (cache keys must be short and free of spaces and control characters).
     window = int(time.time() // WINDOW_SECONDS)
-    ip = request.META.get("REMOTE_ADDR", "")
-    return [f"agp:tokfail:ip:{ip}:{window}", f"agp:tokfail:client:{client_id}:{window}"]
+    address = request.META.get("REMOTE_ADDR", "")
+    client = hashlib.sha256(client_id.encode()).hexdigest()[:32]
+    return [f"agp:tokfail:ip:{address}:{window}", f"agp:tokfail:client:{client}:{window}"]
 
 
 def _throttled(keys: list[str]) -> bool:
-    counts = cache.get_many(keys)
-    return any(count >= settings.AGP_TOKEN_FAILURES_PER_MINUTE for count in counts.values())
+    try:
+        counts = cache.get_many(keys)
+    except Exception:  # the cache is defence in depth; its outage must not stop token issuance
+        logger.exception("token-endpoint throttle: cache unavailable, not throttling")
+        return False
+    return any(int(count) >= settings.AGP_TOKEN_FAILURES_PER_MINUTE for count in counts.values())
 
 
 def _record_failure(keys: list[str]) -> None:
-    for key in keys:
-        if not cache.add(key, 1, timeout=WINDOW_SECONDS * 2):
-            try:
-                cache.incr(key)
-            except ValueError:
-                cache.set(key, 1, timeout=WINDOW_SECONDS * 2)
+    try:
+        for key in keys:
+            if not cache.add(key, 1, timeout=WINDOW_SECONDS * 2):
+                try:
+                    cache.incr(key)
+                except ValueError:  # expired between add and incr
+                    cache.set(key, 1, timeout=WINDOW_SECONDS * 2)
+    except Exception:
+        logger.exception("token-endpoint throttle: cache unavailable, failure not counted")
+
+
+def _retry_after() -> str:
+    return str(WINDOW_SECONDS - int(time.time()) % WINDOW_SECONDS)
 
 
 @csrf_exempt
-@require_POST
 def token(request):
+    if request.method != "POST":
+        return oauth_error("invalid_request", "Use POST.", 405, {"Allow": "POST"})
     if not auth_enabled():
-        return oauth_error("invalid_request", "Authentication is disabled on this server (AGP_AUTH_SECRET is unset).")
-    content_type = request.content_type or ""
-    if content_type != "application/x-www-form-urlencoded":
+        return oauth_error("invalid_request", "Authentication is disabled on this server (AGP_AUTH_SECRET is "
+                                              "unset): no token is needed.")
+    if request.content_type != "application/x-www-form-urlencoded":
         return oauth_error("invalid_request", "The body must be application/x-www-form-urlencoded.")
     form = request.POST
     grant_type = form.get("grant_type")
@@ -82,24 +109,31 @@ def token(request):
         return oauth_error("unsupported_grant_type", "Only grant_type=client_credentials is supported.")
 
     basic = _basic_credentials(request)
-    if basic is not None and "client_secret" in form:
-        return oauth_error("invalid_request", "Send client credentials either in the form or with HTTP Basic, not both.")
-    client_id, secret = basic if basic is not None else (form.get("client_id", ""), form.get("client_secret", ""))
-    if not client_id or not secret:
-        if basic is not None:
-            return oauth_error("invalid_client", "Malformed HTTP Basic credentials.", 401,
-                               {"WWW-Authenticate": 'Basic realm="agp"'})
-        return oauth_error("invalid_request", "client_id and client_secret are required.")
+    if basic is not None:
+        # RFC 6749 2.3: one client authentication method per request.
+        if "client_secret" in form:
+            return oauth_error("invalid_request", "Send client credentials either in the form or with HTTP Basic, "
+                                                  "not both.")
+        if not basic[0] or not basic[1]:
+            return oauth_error("invalid_client", "Malformed HTTP Basic credentials.", 401, BASIC_CHALLENGE)
+        if "client_id" in form and form["client_id"] != basic[0]:
+            return oauth_error("invalid_request", "client_id in the form differs from the HTTP Basic one.")
+        client_id, secret = basic
+    else:
+        client_id, secret = form.get("client_id", ""), form.get("client_secret", "")
+        if not client_id or not secret:
+            return oauth_error("invalid_request", "client_id and client_secret are required "
+                                                  "(in the form or with HTTP Basic).")
 
     keys = _throttle_keys(request, client_id)
     if _throttled(keys):
-        return oauth_error("invalid_client", "Too many failed attempts; try again later.", 429,
-                           {"Retry-After": str(WINDOW_SECONDS - int(time.time()) % WINDOW_SECONDS)})
+        return oauth_error("slow_down", "Too many failed client authentications; try again later.", 429,
+                           {"Retry-After": _retry_after()})
     client = client_authenticate(client_id=client_id, secret=secret)
     if client is None:
         _record_failure(keys)
-        headers = {"WWW-Authenticate": 'Basic realm="agp"'} if basic is not None else None
-        return oauth_error("invalid_client", "Client authentication failed.", 401, headers)
+        return oauth_error("invalid_client", "Client authentication failed.", 401,
+                           BASIC_CHALLENGE if basic is not None else None)
 
     requested = parse_scopes(form.get("scope", ""))
     if requested:
@@ -110,6 +144,5 @@ def token(request):
     else:
         scopes = list(client.scopes)
     response = JsonResponse(token_issue(client=client, scopes=scopes))
-    response["Cache-Control"] = "no-store"
-    response["Pragma"] = "no-cache"
+    _no_store(response)
     return response

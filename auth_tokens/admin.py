@@ -1,0 +1,116 @@
+"""Admin for API clients: scopes and description are editable, secrets never are.
+
+A new or rotated secret is shown once on the page that answers the request (never put in
+a message, which would travel in a cookie); only its hash is stored. Clients are disabled,
+not deleted, so the ledger's actors stay resolvable.
+"""
+
+from django import forms
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+
+from agp_project import errors
+from agp_project.ids import is_valid_id
+
+from .models import Client
+from .scopes import ALL_SCOPES
+from .services import client_create, client_rotate_secret, client_set_active, client_update
+
+SECRET_TEMPLATE = "admin/auth_tokens/client/secret_shown.html"
+
+
+def _admin_actor(request) -> str:
+    return f"admin:{request.user.get_username()}"
+
+
+class ClientForm(forms.ModelForm):
+    scopes = forms.MultipleChoiceField(choices=[(s, s) for s in ALL_SCOPES], required=False,
+                                       widget=forms.CheckboxSelectMultiple)
+
+    class Meta:
+        model = Client
+        fields = ["client_id", "description", "scopes"]
+
+    def clean_client_id(self):
+        client_id = self.cleaned_data["client_id"]
+        if not is_valid_id(client_id):
+            raise forms.ValidationError("Must be 1-128 characters of [A-Za-z0-9._:-].")
+        return client_id
+
+
+def _secret_page(request, admin_site, *, client_id: str, secret: str, title: str):
+    context = {**admin_site.each_context(request), "title": title, "client_id": client_id, "secret": secret,
+               "opts": Client._meta}
+    response = TemplateResponse(request, SECRET_TEMPLATE, context)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@admin.register(Client)
+class ClientAdmin(admin.ModelAdmin):
+    form = ClientForm
+    list_display = ["client_id", "is_active", "scope_list", "description", "created_at"]
+    list_filter = ["is_active"]
+    search_fields = ["client_id", "description"]
+    actions = ["disable_clients", "enable_clients", "rotate_secret"]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return ["client_id", "is_active", "tokens_not_before", "created_at", "updated_at"]
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["client_id", "description", "scopes"]
+        return ["client_id", "is_active", "description", "scopes", "tokens_not_before", "created_at", "updated_at"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="scopes")
+    def scope_list(self, obj):
+        return " ".join(obj.scopes) or "(none)"
+
+    def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
+        if change:
+            client_update(client_id=obj.client_id, scopes=data["scopes"], description=data["description"],
+                          actor=_admin_actor(request))
+            return
+        client, secret = client_create(client_id=data["client_id"], scopes=data["scopes"],
+                                       description=data["description"], actor=_admin_actor(request))
+        obj.pk = client.pk
+        request._agp_new_secret = secret
+
+    def response_add(self, request, obj, post_url_continue=None):
+        secret = getattr(request, "_agp_new_secret", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        return _secret_page(request, self.admin_site, client_id=obj.client_id, secret=secret,
+                            title=f"API client {obj.client_id} created")
+
+    @admin.action(description="Disable the selected clients (their live tokens stop working)")
+    def disable_clients(self, request, queryset):
+        for client in queryset:
+            client_set_active(client_id=client.client_id, active=False, actor=_admin_actor(request))
+        self.message_user(request, f"Disabled {queryset.count()} client(s).")
+
+    @admin.action(description="Enable the selected clients")
+    def enable_clients(self, request, queryset):
+        for client in queryset:
+            client_set_active(client_id=client.client_id, active=True, actor=_admin_actor(request))
+        self.message_user(request, f"Enabled {queryset.count()} client(s).")
+
+    @admin.action(description="Rotate the secret of the selected client (exactly one)")
+    def rotate_secret(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one client to rotate its secret.", messages.ERROR)
+            return None
+        client = queryset.get()
+        try:
+            secret = client_rotate_secret(client_id=client.client_id, actor=_admin_actor(request))
+        except errors.AGPError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+            return None
+        return _secret_page(request, self.admin_site, client_id=client.client_id, secret=secret,
+                            title=f"Secret of API client {client.client_id} rotated")
