@@ -20,12 +20,24 @@ class Task(models.Model):
         return self.task_id
 
 
+PATH_SEGMENT_WIDTH = 12
+
+
+def path_segment(pk: int) -> str:
+    return f"{pk:0{PATH_SEGMENT_WIDTH}d}/"
+
+
 class Delegation(models.Model):
     """One link of a delegation chain (CONTRACT C5).
 
     ``path`` is the materialised path of primary keys from the root to this link
     (``"000000000001/000000000007/"``): the chain of any link is one indexed query, and
     every descendant of a link is ``path__startswith=link.path``.
+
+    ``status`` is ``revoked`` when this link, an ancestor, or one of their agents was
+    revoked (the revocation service cascades it). Whether a link is *usable* is still
+    derived from the whole chain at read time (``registry.selectors``), so an expired
+    ancestor or a revoked agent stops it even before any cascade ran.
     """
 
     delegation_id = models.CharField(max_length=128, unique=True)
@@ -38,11 +50,10 @@ class Delegation(models.Model):
     spend_currency = models.CharField(max_length=3, null=True, blank=True)
     spend_amount = models.DecimalField(max_digits=18, decimal_places=4, null=True, blank=True)
     max_hops_remaining = models.PositiveIntegerField()
-    constraints_extra = models.JSONField(default=dict, blank=True)
     depth = models.PositiveSmallIntegerField(default=0)
     path = models.CharField(max_length=2048, db_index=True, blank=True, default="")
     accepted_at = models.DateTimeField()
-    expires_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
     signature = models.JSONField(default=dict)
     signature_chain = models.JSONField(default=list)
     status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
@@ -53,10 +64,35 @@ class Delegation(models.Model):
         indexes = [
             # Parent discovery: the delegator's own inbound delegations in one tree.
             models.Index(fields=["delegate_agent", "root_principal", "status"], name="delegation_parent_lookup"),
+            # Agent revocation: every link the agent granted.
+            models.Index(fields=["delegator_agent", "status"], name="delegation_delegator"),
         ]
 
     def __str__(self):
         return self.delegation_id
+
+    @property
+    def chain_pks(self) -> list[int]:
+        """Primary keys from the root of the tree down to this link (from ``path``)."""
+        return [int(segment) for segment in self.path.split("/") if segment]
+
+    @property
+    def root_pk(self) -> int:
+        return self.chain_pks[0]
+
+    @property
+    def spend_limit(self) -> dict | None:
+        if self.spend_currency is None or self.spend_amount is None:
+            return None
+        return {"currency": self.spend_currency, "amount": self.spend_amount}
+
+    @property
+    def constraints(self) -> dict:
+        """The populated ``constraints`` object: no ``spend_limit`` means no spending authority."""
+        constraints = {"max_hops_remaining": self.max_hops_remaining}
+        if self.spend_limit is not None:
+            constraints = {"spend_limit": self.spend_limit, **constraints}
+        return constraints
 
 
 class PolicySet(ConcurrentTransitionMixin, models.Model):
@@ -79,7 +115,7 @@ class PolicySet(ConcurrentTransitionMixin, models.Model):
     status = FSMField(max_length=16, choices=PolicySetStatus.choices, default=PolicySetStatus.ACTIVE, protected=True)
     effective_from = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
-    supersedes = models.CharField(max_length=128, blank=True, default="")
+    supersedes = models.CharField(max_length=128, null=True, blank=True)
     signature = models.JSONField(default=dict)
     created_at = models.DateTimeField()
 
@@ -146,6 +182,12 @@ class LiabilityBinding(models.Model):
     def __str__(self):
         return self.binding_id
 
+    @property
+    def coverage(self) -> dict | None:
+        if self.coverage_currency is None or self.coverage_amount is None:
+            return None
+        return {"currency": self.coverage_currency, "amount": self.coverage_amount}
+
 
 class Revocation(models.Model):
     """An immediate, irreversible, cascading revocation (CONTRACT C9)."""
@@ -159,7 +201,11 @@ class Revocation(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["target_type", "target_id"], name="revocation_target")]
+        constraints = [
+            # A target is revoked directly at most once: revoking is irreversible, so a
+            # second revocation has nothing to do (409, see docs/decisions/registry.md).
+            models.UniqueConstraint(fields=["target_type", "target_id"], name="revocation_target_once"),
+        ]
 
     def __str__(self):
         return f"{self.target_type}:{self.target_id}"

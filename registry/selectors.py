@@ -1,0 +1,210 @@
+"""Reads of registry records for every app (keyword-only, ``<entity>_<verb>``).
+
+Every function here issues a fixed number of SQL queries, whatever the number of rows
+stored and whatever the depth of a chain: the chain of a delegation is read through its
+materialised ``path`` in one query, with the agent revocations of every link joined in.
+
+The validity rule (CONTRACT C5, C8 check 2): a delegation is usable when it and every
+ancestor are ``active`` and unexpired, and no delegator or delegate along the chain has
+been revoked as an agent. It is derived here at read time; the ``status`` column is the
+revocation cascade's materialisation for lists, not the only guard.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from .choices import ActiveStatus, RevocationTarget, TaskStatus
+from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
+from .scopes import scope_covers, tool_scope
+
+# Parent discovery reads the chains of this many newest candidates first, then (only if
+# none of them is usable) of all the others: two or three queries, never more.
+_FIRST_BATCH = 16
+
+
+# --- agents -------------------------------------------------------------------------------
+def agents_revoked(*, agent_ids: Iterable[str]) -> set[str]:
+    """The subset of ``agent_ids`` that has been revoked as agents (one query)."""
+    ids = set(agent_ids)
+    if not ids:
+        return set()
+    return set(Revocation.objects.filter(target_type=RevocationTarget.AGENT, target_id__in=ids)
+               .values_list("target_id", flat=True))
+
+
+def agent_is_revoked(*, agent_id: str) -> bool:
+    return bool(agents_revoked(agent_ids=[agent_id]))
+
+
+# --- delegations --------------------------------------------------------------------------
+def delegation_get(*, delegation_id: str) -> Delegation | None:
+    return Delegation.objects.filter(delegation_id=delegation_id).first()
+
+
+def _chain_rows(pks: Iterable[int]) -> dict[int, Delegation]:
+    """The links with these primary keys, each annotated with ``agent_revoked`` (one query)."""
+    agent_revoked = Revocation.objects.filter(
+        Q(target_id=OuterRef("delegator_agent")) | Q(target_id=OuterRef("delegate_agent")),
+        target_type=RevocationTarget.AGENT)
+    rows = Delegation.objects.filter(pk__in=set(pks)).annotate(agent_revoked=Exists(agent_revoked))
+    return {row.pk: row for row in rows}
+
+
+def _link_problem(link: Delegation | None, now: datetime) -> str | None:
+    if link is None:
+        return "a link of the chain is missing"
+    if link.status != ActiveStatus.ACTIVE:
+        return f"delegation {link.delegation_id} is revoked"
+    if link.expires_at <= now:
+        return f"delegation {link.delegation_id} has expired"
+    if link.agent_revoked:
+        return f"an agent of delegation {link.delegation_id} is revoked"
+    return None
+
+
+def _chain_problem(delegation: Delegation, rows: dict[int, Delegation], now: datetime) -> str | None:
+    for pk in delegation.chain_pks:
+        problem = _link_problem(rows.get(pk), now)
+        if problem:
+            return problem
+    return None
+
+
+def delegation_links_problem(*, links: list[Delegation], now: datetime | None = None) -> str | None:
+    """Why a chain already read with ``delegation_chain`` is not usable, or None (no query)."""
+    now = now or timezone.now()
+    return next((problem for problem in (_link_problem(link, now) for link in links) if problem), None)
+
+
+def delegation_chain(*, delegation: Delegation) -> list[Delegation]:
+    """The links from the root down to ``delegation`` itself, freshly read (one query)."""
+    rows = _chain_rows(delegation.chain_pks)
+    return [rows[pk] for pk in delegation.chain_pks if pk in rows]
+
+
+def delegation_chain_problem(*, delegation: Delegation, now: datetime | None = None) -> str | None:
+    """Why ``delegation`` is not usable now (revoked, expired or revoked-agent link), or None.
+
+    One query, whatever the depth of the chain.
+    """
+    now = now or timezone.now()
+    return _chain_problem(delegation, _chain_rows(delegation.chain_pks), now)
+
+
+def delegation_chain_valid(*, delegation: Delegation, now: datetime | None = None) -> bool:
+    """True when the delegation and every ancestor are active, unexpired and not agent-revoked."""
+    return delegation_chain_problem(delegation=delegation, now=now) is None
+
+
+def delegation_usable_with_chain(*, agent_id: str, root_principal: str, scope: str | Iterable[str] | None = None,
+                                 now: datetime | None = None) -> tuple[Delegation, list[Delegation]] | None:
+    """The newest usable delegation to ``agent_id`` under ``root_principal`` covering ``scope``,
+    with its chain (root first, the delegation last); None when there is none.
+
+    This is C5's parent discovery. Two queries (three when none of the 16 newest
+    candidates is usable), independent of how many delegations are stored.
+    """
+    now = now or timezone.now()
+    candidates = [
+        (pk, path) for pk, path, granted in
+        Delegation.objects.filter(delegate_agent=agent_id, root_principal=root_principal,
+                                  status=ActiveStatus.ACTIVE, expires_at__gt=now)
+        .order_by("-pk").values_list("pk", "path", "authority_scope")
+        if scope is None or scope_covers(granted, scope)
+    ]
+    for batch in (candidates[:_FIRST_BATCH], candidates[_FIRST_BATCH:]):
+        if not batch:
+            continue
+        chains = {pk: [int(s) for s in path.split("/") if s] for pk, path in batch}
+        rows = _chain_rows(pk for chain in chains.values() for pk in chain)
+        for pk, chain_pks in chains.items():
+            links = [rows.get(p) for p in chain_pks]
+            if all(_link_problem(link, now) is None for link in links):
+                return rows[pk], links
+    return None
+
+
+def delegation_active_for(*, agent_id: str, root_principal: str, scope: str | Iterable[str] | None = None,
+                          now: datetime | None = None) -> Delegation | None:
+    """The newest usable delegation held by ``agent_id`` for ``root_principal``, or None.
+
+    ``scope`` (one scope or several) must all be covered by its ``authority_scope`` when
+    given. Fail-closed callers (C8 check 2) use this. Two or three queries.
+    """
+    found = delegation_usable_with_chain(agent_id=agent_id, root_principal=root_principal, scope=scope, now=now)
+    return found[0] if found else None
+
+
+# --- capabilities, skills, bindings -------------------------------------------------------
+def capability_get(*, capability_id: str) -> Capability | None:
+    return Capability.objects.filter(capability_id=capability_id).first()
+
+
+def capability_problem(*, capability: Capability, now: datetime | None = None) -> str | None:
+    """Why ``capability`` cannot be used now, or None (two queries).
+
+    Usable means: ``active``, unexpired, its agent not revoked, its delegation's whole
+    chain usable, that delegation held by the capability's agent, and the delegation's
+    scope still covering every ``tool_id:operation`` of the capability.
+    """
+    now = now or timezone.now()
+    if capability.status != ActiveStatus.ACTIVE:
+        return f"capability {capability.capability_id} is revoked"
+    if capability.expires_at is not None and capability.expires_at <= now:
+        return f"capability {capability.capability_id} has expired"
+    delegation = Delegation.objects.filter(delegation_id=capability.delegation_id).first()
+    if delegation is None:
+        return f"delegation {capability.delegation_id} does not exist"
+    rows = _chain_rows(delegation.chain_pks)
+    problem = _chain_problem(delegation, rows, now)
+    if problem:
+        return problem
+    if capability.agent_id != delegation.delegate_agent:
+        return f"capability {capability.capability_id} does not belong to the delegate of its delegation"
+    if agents_revoked(agent_ids=[capability.agent_id]):
+        return f"agent {capability.agent_id} is revoked"
+    wanted = [tool_scope(capability.tool_id, op) for op in capability.operations]
+    if not scope_covers(delegation.authority_scope, wanted):
+        return f"capability {capability.capability_id} lies outside its delegation's scope"
+    return None
+
+
+def capability_usable(*, capability: Capability, now: datetime | None = None) -> bool:
+    return capability_problem(capability=capability, now=now) is None
+
+
+def skill_active_for(*, agent_id: str, tool_id: str) -> Skill | None:
+    """The agent's newest active skill for ``tool_id`` (the tool that executes it), or None."""
+    if agent_is_revoked(agent_id=agent_id):
+        return None
+    return (Skill.objects.filter(agent_id=agent_id, tool_id=tool_id, status=ActiveStatus.ACTIVE)
+            .order_by("-pk").first())
+
+
+def liability_binding_active_for(*, agent_id: str, root_principal: str | None = None,
+                                 now: datetime | None = None) -> LiabilityBinding | None:
+    """The agent's newest active, unexpired liability binding (for ``root_principal`` if given)."""
+    now = now or timezone.now()
+    if agent_is_revoked(agent_id=agent_id):
+        return None
+    bindings = LiabilityBinding.objects.filter(agent_id=agent_id, status=ActiveStatus.ACTIVE).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    if root_principal is not None:
+        bindings = bindings.filter(root_principal=root_principal)
+    return bindings.order_by("-pk").first()
+
+
+# --- tasks and policy sets ----------------------------------------------------------------
+def task_get(*, task_id: str) -> Task | None:
+    return Task.objects.filter(task_id=task_id).first()
+
+
+def task_is_open(*, task: Task) -> bool:
+    return task.status == TaskStatus.OPEN
+
+
+def policy_set_get(*, policy_set_id: str) -> PolicySet | None:
+    return PolicySet.objects.filter(policy_set_id=policy_set_id).first()

@@ -1,0 +1,326 @@
+"""Strict request parsing and rendering of registry resources (CONTRACT C1, C5, C6, C11).
+
+One serializer per resource for request and response: server-set fields are read-only
+(sending them is a 400), unknown fields are a 400. Business rules live in services.
+"""
+
+import math
+import re
+from urllib.parse import urlsplit
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from agp_project.http.serializers import IdField, MoneySerializer, StrictSerializer
+
+from .choices import (
+    ActionClass,
+    ActiveStatus,
+    AttestationLevel,
+    Connector,
+    PolicySetStatus,
+    RegulatoryFramework,
+    RevocationTarget,
+    RiskLevel,
+    TaskStatus,
+)
+from .scopes import is_valid_scope
+
+# A chain's depth is bounded by the hops its root grants; 64 keeps every materialised
+# path (13 characters a link) well inside its 2048-character column.
+MAX_HOPS = 64
+NAME_MAX = 128
+PARAMETER_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+TOOL_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
+OPERATION_PATTERN = r"^[A-Za-z0-9._/-]{1,128}$"
+# What a delegation link's signature does not cover: the fields that change after issue.
+LINK_UNSIGNED_FIELDS = ("signature", "status", "revoked_at")
+
+
+def _unique(values: list, field: str) -> list:
+    if len(set(map(str, values))) != len(values):
+        raise serializers.ValidationError(f"{field} must not repeat a value.")
+    return values
+
+
+class SignatureSerializer(serializers.Serializer):
+    alg = serializers.CharField()
+    kid = serializers.CharField()
+    issuer = serializers.CharField()
+    issued_at = serializers.CharField()
+    payload_hash = serializers.CharField()
+    value = serializers.CharField()
+
+
+class AgentField(serializers.CharField):
+    """An agent or principal identifier (free text: DIDs, URIs, e-mail addresses)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_length", NAME_MAX)
+        super().__init__(**kwargs)
+
+
+class ScopeField(serializers.CharField):
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not is_valid_scope(value):
+            raise serializers.ValidationError(
+                "A scope is letters, digits and . _ : / - with an optional trailing '*'.")
+        return value
+
+
+# --- delegations --------------------------------------------------------------------------
+class DelegationConstraintsSerializer(StrictSerializer):
+    """``constraints``: ``spend_limit`` (absent: no spending authority) and ``max_hops_remaining``."""
+
+    spend_limit = MoneySerializer(required=False)
+    max_hops_remaining = serializers.IntegerField(min_value=0, max_value=MAX_HOPS, required=False)
+
+
+class DelegationSerializer(StrictSerializer):
+    type_name = "DelegationChain"
+
+    delegation_id = IdField(required=False)
+    parent_delegation_id = serializers.CharField(source="parent_id", read_only=True, allow_null=True)
+    root_principal = AgentField()
+    delegator_agent = AgentField()
+    delegate_agent = AgentField()
+    authority_scope = serializers.ListField(child=ScopeField(), min_length=1, max_length=100)
+    constraints = DelegationConstraintsSerializer(required=False)
+    accepted_at = serializers.DateTimeField(required=False)
+    expires_at = serializers.DateTimeField(required=False)
+    signature_chain = serializers.ListField(child=serializers.CharField(), read_only=True)
+    signature = SignatureSerializer(read_only=True)
+    status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)
+    revoked_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    created_at = serializers.DateTimeField(required=False)
+
+    def validate_authority_scope(self, value):
+        return _unique(value, "authority_scope")
+
+
+def delegation_link_payload(representation: dict, *, includes_own_signature: bool = True) -> dict:
+    """What the signature of one delegation link covers.
+
+    The DelegationChain as rendered, without the fields that change after issue
+    (``signature``, ``status``, ``revoked_at``), and with ``signature_chain`` ending
+    *before* this link's own signature: the parent's chain. Binding the parent's chain
+    into every link makes the chain tamper-evident from the root down. To verify a
+    response, pass it as is (``includes_own_signature=True``) to this function and check
+    ``signature_chain[-1]`` over ``content_hash`` of the result.
+    """
+    payload = {key: value for key, value in representation.items() if key not in LINK_UNSIGNED_FIELDS}
+    chain = list(representation.get("signature_chain") or [])
+    payload["signature_chain"] = chain[:-1] if includes_own_signature else chain
+    return payload
+
+
+# --- policy sets --------------------------------------------------------------------------
+class PolicySetSerializer(StrictSerializer):
+    type_name = "PolicySet"
+
+    policy_set_id = IdField(required=False)
+    name = serializers.CharField(max_length=256)
+    version = serializers.CharField(max_length=64)
+    publisher = serializers.CharField(max_length=256, required=False, allow_blank=True)
+    regulatory_frameworks = serializers.ListField(child=serializers.ChoiceField(choices=RegulatoryFramework.choices),
+                                                  required=False, max_length=50)
+    jurisdictions = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=100)
+    ruleset = serializers.CharField(trim_whitespace=False, max_length=512 * 1024)
+    ruleset_hash = serializers.RegexField(r"^sha256:[0-9a-f]{64}$", required=False, error_messages={
+        "invalid": "Must be 'sha256:' and 64 lowercase hex digits."})
+    ruleset_engine = serializers.ChoiceField(choices=[("opa", "opa")], required=False)
+    ruleset_engine_version = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    ruleset_uri = serializers.URLField(max_length=1024, required=False, allow_blank=True)
+    attestation_level = serializers.ChoiceField(choices=AttestationLevel.choices, required=False)
+    certifying_body = serializers.CharField(max_length=256, required=False, allow_blank=True)
+    status = serializers.ChoiceField(choices=PolicySetStatus.choices, required=False,
+                                     help_text="Created 'active'; change it with PATCH.")
+    effective_from = serializers.DateTimeField(required=False, allow_null=True)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    supersedes = IdField(required=False, allow_null=True)
+    signature = SignatureSerializer(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+    def validate_status(self, value):
+        if value != PolicySetStatus.ACTIVE:
+            raise serializers.ValidationError("A policy set is created 'active'; change it with PATCH.")
+        return value
+
+    def validate_jurisdictions(self, value):
+        return _unique(value, "jurisdictions")
+
+    def validate_regulatory_frameworks(self, value):
+        return _unique(value, "regulatory_frameworks")
+
+
+class PolicySetStatusSerializer(StrictSerializer):
+    """``PATCH /agp/policy-sets/{id}``: ``status`` and nothing else."""
+
+    type_name = "PolicySet"
+
+    status = serializers.ChoiceField(choices=PolicySetStatus.choices)
+
+
+# --- tasks --------------------------------------------------------------------------------
+class TaskSerializer(StrictSerializer):
+    type_name = "Task"
+
+    task_id = IdField(required=False)
+    root_principal = AgentField()
+    agent_id = AgentField()
+    title = serializers.CharField(max_length=512, required=False, allow_blank=True)
+    risk_level = serializers.ChoiceField(choices=RiskLevel.choices, required=False)
+    action_class = serializers.ChoiceField(choices=ActionClass.choices, required=False)
+    status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
+    created_at = serializers.DateTimeField(required=False)
+
+
+# --- capabilities -------------------------------------------------------------------------
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_scalar(value) -> bool:
+    return isinstance(value, (str, bool)) or _is_number(value)
+
+
+@extend_schema_field({
+    "type": "object",
+    "additionalProperties": {"oneOf": [
+        {"type": "object", "properties": {"min": {"type": "number"}, "max": {"type": "number"}},
+         "additionalProperties": False, "minProperties": 1},
+        {"type": "object", "properties": {"enum": {"type": "array", "minItems": 1}},
+         "required": ["enum"], "additionalProperties": False},
+    ]},
+})
+class ParameterRangesField(serializers.Field):
+    """``{name: {"min": n, "max": n}}`` (either bound or both) or ``{name: {"enum": [...]}}``.
+
+    Validated strictly: a misspelt bound must not widen what a capability allows.
+    """
+
+    default_error_messages = {"invalid": "Expected an object of parameter names to ranges."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        if len(data) > 100:
+            raise serializers.ValidationError("At most 100 parameters.")
+        problems = {}
+        for name, spec in data.items():
+            problem = self._problem(name, spec)
+            if problem:
+                problems[name] = [problem]
+        if problems:
+            raise serializers.ValidationError(problems)
+        return data
+
+    @staticmethod
+    def _problem(name, spec) -> str | None:
+        if not re.match(PARAMETER_NAME, name):
+            return "A parameter name is a letter or _ then letters, digits, _ . - (64 at most)."
+        if not isinstance(spec, dict) or not spec:
+            return 'Expected {"min": n, "max": n} or {"enum": [...]}.'
+        keys = set(spec)
+        if keys == {"enum"}:
+            values = spec["enum"]
+            if not isinstance(values, list) or not values or len(values) > 1000:
+                return "enum must be a non-empty array (1000 values at most)."
+            if not all(_is_scalar(v) for v in values):
+                return "enum values must be strings, numbers or booleans."
+            if len({(type(v).__name__, v) for v in values}) != len(values):
+                return "enum values must not repeat."
+            return None
+        if "enum" in keys:
+            return "enum cannot be combined with min or max."
+        if not keys <= {"min", "max"}:
+            return f"Unknown range keys: {', '.join(sorted(keys - {'min', 'max'}))}."
+        if not all(_is_number(spec[k]) for k in keys):
+            return "min and max must be numbers."
+        if keys == {"min", "max"} and spec["min"] > spec["max"]:
+            return "min must not exceed max."
+        return None
+
+    def to_representation(self, value):
+        return value
+
+
+class CapabilitySerializer(StrictSerializer):
+    type_name = "Capability"
+
+    capability_id = IdField(required=False)
+    agent_id = AgentField()
+    delegation_id = IdField()
+    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={
+        "invalid": "A tool id is 1-128 characters of letters, digits and . _ : / -."})
+    operations = serializers.ListField(
+        child=serializers.RegexField(OPERATION_PATTERN, error_messages={
+            "invalid": "An operation is 1-128 characters of letters, digits and . _ / -."}),
+        min_length=1, max_length=100)
+    allowed_parameter_ranges = ParameterRangesField(required=False)
+    expires_at = serializers.DateTimeField(required=False)
+    status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+    def validate_operations(self, value):
+        return _unique(value, "operations")
+
+
+# --- skills -------------------------------------------------------------------------------
+class HttpUrlField(serializers.URLField):
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if urlsplit(value).scheme.lower() not in ("http", "https"):
+            raise serializers.ValidationError("Must be an http or https URL.")
+        return value
+
+
+class SkillSerializer(StrictSerializer):
+    type_name = "Skill"
+
+    skill_id = IdField(required=False)
+    agent_id = AgentField()
+    name = serializers.CharField(max_length=256)
+    version = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={
+        "invalid": "A tool id is 1-128 characters of letters, digits and . _ : / -."})
+    connector = serializers.ChoiceField(choices=Connector.choices, required=False)
+    endpoint_url = HttpUrlField(max_length=1024, required=False, allow_blank=True,
+                                help_text="Required for the http connector; checked against SSRF at execution.")
+    status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+    def validate(self, attrs):
+        if attrs.get("connector") == Connector.HTTP and not attrs.get("endpoint_url"):
+            raise serializers.ValidationError({"endpoint_url": ["Required for the http connector."]})
+        return attrs
+
+
+# --- liability bindings -------------------------------------------------------------------
+class LiabilityBindingSerializer(StrictSerializer):
+    type_name = "LiabilityBinding"
+
+    binding_id = IdField(required=False)
+    root_principal = AgentField()
+    agent_id = AgentField()
+    liable_party = serializers.CharField(max_length=256)
+    coverage = MoneySerializer(required=False, allow_null=True)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+
+# --- revocations --------------------------------------------------------------------------
+class RevocationSerializer(StrictSerializer):
+    type_name = "Revocation"
+
+    revocation_id = IdField(required=False)
+    target_type = serializers.ChoiceField(choices=RevocationTarget.choices)
+    target_id = AgentField()
+    reason = serializers.CharField(max_length=4096, required=False, allow_blank=True)
+    revoked_by = serializers.CharField(max_length=128, required=False, allow_blank=True,
+                                       help_text="Defaults to the calling client.")
+    revoked_at = serializers.DateTimeField(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+

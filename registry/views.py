@@ -1,0 +1,123 @@
+"""Registry API viewsets (CONTRACT C1, C5, C6, C9, C11): parse, call one service, render."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+
+from agp_project.http.viewsets import AGPViewSet, CreateMixin
+
+from . import services
+from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
+from .serializers import (
+    CapabilitySerializer,
+    DelegationSerializer,
+    LiabilityBindingSerializer,
+    PolicySetSerializer,
+    PolicySetStatusSerializer,
+    RevocationSerializer,
+    SkillSerializer,
+    TaskSerializer,
+)
+
+
+class RegistryViewSet(CreateMixin, AGPViewSet):
+    scope_group = "registry"
+    http_method_names = ["get", "post", "head", "options"]
+
+
+class DelegationViewSet(RegistryViewSet):
+    """Delegation links (``DelegationChain``): the server finds the parent and attenuates (C5)."""
+
+    queryset = Delegation.objects.all()
+    serializer_class = DelegationSerializer
+    collection = "delegations"
+    lookup_field = "delegation_id"
+    filter_fields = {"root_principal": "root_principal", "delegator_agent": "delegator_agent",
+                     "delegate_agent": "delegate_agent", "parent_delegation_id": "parent_id", "status": "status"}
+
+    def perform_create(self, validated, actor):
+        return services.delegation_create(actor=actor, **validated)
+
+
+class PolicySetViewSet(RegistryViewSet):
+    """Versioned Rego rulesets; ``PATCH`` moves ``status`` forward only (C6)."""
+
+    queryset = PolicySet.objects.all()
+    serializer_class = PolicySetSerializer
+    collection = "policy-sets"
+    lookup_field = "policy_set_id"
+    filter_fields = {"status": "status", "name": "name", "version": "version", "publisher": "publisher",
+                     "supersedes": "supersedes", "ruleset_hash": "ruleset_hash"}
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def perform_create(self, validated, actor):
+        return services.policy_set_create(actor=actor, **validated)
+
+    @extend_schema(request=PolicySetStatusSerializer, responses=PolicySetSerializer,
+                   description="Move the policy set to `deprecated` (from `active`) or `revoked` "
+                               "(from `deprecated`); every other move is 409 AGP_INVALID_TRANSITION.")
+    def partial_update(self, request, *args, **kwargs):
+        validated = self.parse(serializer_class=PolicySetStatusSerializer)
+        instance = services.policy_set_transition(actor=self.actor, policy_set_id=kwargs[self.lookup_field],
+                                                  status=validated["status"])
+        return Response(self.render(instance))
+
+
+class TaskViewSet(RegistryViewSet):
+    queryset = Task.objects.all()
+    serializer_class = TaskSerializer
+    collection = "tasks"
+    lookup_field = "task_id"
+    filter_fields = {"root_principal": "root_principal", "agent_id": "agent_id", "status": "status",
+                     "risk_level": "risk_level", "action_class": "action_class"}
+
+    def perform_create(self, validated, actor):
+        return services.task_create(actor=actor, **validated)
+
+
+class CapabilityViewSet(RegistryViewSet):
+    queryset = Capability.objects.all()
+    serializer_class = CapabilitySerializer
+    collection = "capabilities"
+    lookup_field = "capability_id"
+    filter_fields = {"agent_id": "agent_id", "delegation_id": "delegation_id", "tool_id": "tool_id",
+                     "status": "status"}
+
+    def perform_create(self, validated, actor):
+        return services.capability_create(actor=actor, **validated)
+
+
+class LiabilityBindingViewSet(RegistryViewSet):
+    queryset = LiabilityBinding.objects.all()
+    serializer_class = LiabilityBindingSerializer
+    collection = "liability-bindings"
+    lookup_field = "binding_id"
+    filter_fields = {"root_principal": "root_principal", "agent_id": "agent_id", "liable_party": "liable_party",
+                     "status": "status"}
+
+    def perform_create(self, validated, actor):
+        return services.liability_binding_create(actor=actor, **validated)
+
+
+class SkillViewSet(RegistryViewSet):
+    queryset = Skill.objects.all()
+    serializer_class = SkillSerializer
+    collection = "skills"
+    lookup_field = "skill_id"
+    filter_fields = {"agent_id": "agent_id", "tool_id": "tool_id", "connector": "connector", "status": "status"}
+
+    def perform_create(self, validated, actor):
+        return services.skill_create(actor=actor, **validated)
+
+
+class RevocationViewSet(RegistryViewSet):
+    """Immediate, irreversible, cascading revocations (C9); creating one needs agp.revocation.write."""
+
+    queryset = Revocation.objects.all()
+    serializer_class = RevocationSerializer
+    collection = "revocations"
+    lookup_field = "revocation_id"
+    filter_fields = {"target_type": "target_type", "target_id": "target_id", "revoked_by": "revoked_by"}
+    write_scopes = {"create": "agp.revocation.write"}
+
+    def perform_create(self, validated, actor):
+        return services.revocation_create(actor=actor, **validated)
