@@ -37,8 +37,8 @@ from django.utils import timezone
 
 from agp_project.canonical import content_hash
 from agp_project.ids import new_id
-from decision.models import Approval, CommerceSession, Decision, ImpactAssessment, PolicyEvaluation
-from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Skill, Task
+from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
+from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
 
 RULESET = """package agp.test
 
@@ -264,3 +264,65 @@ def make_full_world(**overrides) -> World:
     """The world where every one of the ten checks has something to check: a critical transact."""
     overrides.setdefault("require_approval", True)
     return make_world(action_class="transact", risk_level="critical", **overrides)
+
+
+def make_noise(world: World, n: int) -> None:
+    """Grow every table the checks read by ``n`` rows of records that must not change the verdict.
+
+    Rows share the world's root principal, agent, task and decision where that makes them
+    candidates the queries must filter out (other agents' delegations in the same tree,
+    resolved escalations, rejected-then-superseded approvals of other decisions, sessions of
+    other agents under the same delegation tree, revocations of other targets).
+    """
+    now = timezone.now()
+    later = now + timedelta(days=1)
+    tag = new_id("n")[2:].lower()
+    tasks = Task.objects.bulk_create([
+        Task(task_id=f"noise-task-{tag}-{i}", root_principal=world.root_principal, agent_id=f"other-{tag}-{i}",
+             risk_level="low", action_class="read", created_at=now) for i in range(n)])
+    Delegation.objects.bulk_create([
+        Delegation(delegation_id=f"noise-dlg-{tag}-{i}", parent=world.root_delegation,
+                   root_principal=world.root_principal, delegator_agent=world.orchestrator_id,
+                   delegate_agent=f"other-{tag}-{i}", authority_scope=[f"{world.tool_id}:read"],
+                   spend_currency="USD", spend_amount=Decimal("1"), max_hops_remaining=0, depth=1,
+                   path="", accepted_at=now, expires_at=later, created_at=now) for i in range(n)])
+    noise_delegations = list(Delegation.objects.filter(delegation_id__startswith=f"noise-dlg-{tag}-"))
+    for delegation in noise_delegations:
+        delegation.path = world.root_delegation.path + _path_segment(delegation.pk)
+    Delegation.objects.bulk_update(noise_delegations, ["path"], batch_size=500)
+    Capability.objects.bulk_create([
+        Capability(capability_id=f"noise-cap-{tag}-{i}", agent_id=f"other-{tag}-{i}",
+                   delegation_id=f"noise-dlg-{tag}-{i}", tool_id=world.tool_id, operations=["read"],
+                   expires_at=later, created_at=now) for i in range(n)])
+    Skill.objects.bulk_create([
+        Skill(skill_id=f"noise-skl-{tag}-{i}", agent_id=f"other-{tag}-{i}", name="noise", tool_id=world.tool_id,
+              created_at=now) for i in range(n)])
+    LiabilityBinding.objects.bulk_create([
+        LiabilityBinding(binding_id=f"noise-lb-{tag}-{i}", root_principal=world.root_principal,
+                         agent_id=f"other-{tag}-{i}", liable_party="x", expires_at=later, created_at=now)
+        for i in range(n)])
+    Revocation.objects.bulk_create([
+        Revocation(revocation_id=f"noise-rev-{tag}-{i}", target_type="capability",
+                   target_id=f"noise-cap-{tag}-{i}", revoked_at=now, created_at=now) for i in range(n)])
+    evaluations = PolicyEvaluation.objects.bulk_create([
+        PolicyEvaluation(evaluation_id=f"noise-pe-{tag}-{i}", policy_set=world.policy_set, task=tasks[i],
+                         agent_id=f"other-{tag}-{i}", input={}, input_hash="x", ruleset_hash="x",
+                         result={"allow": False}, evaluated_at=now, created_at=now) for i in range(n)])
+    decisions = Decision.objects.bulk_create([
+        Decision(decision_id=f"noise-dec-{tag}-{i}", task=tasks[i], agent_id=f"other-{tag}-{i}", outcome="deny",
+                 policy_evaluation=evaluations[i], created_at=now) for i in range(n)])
+    ImpactAssessment.objects.bulk_create([
+        ImpactAssessment(assessment_id=f"noise-ia-{tag}-{i}", task=world.task if i % 2 else tasks[i],
+                         decision=decisions[i], agent_id="x", recommendation="do_not_proceed",
+                         assessed_at=now, created_at=now) for i in range(n)])
+    Approval.objects.bulk_create([
+        Approval(approval_id=f"noise-apr-{tag}-{i}", decision=decisions[i], approver="x", verdict="rejected",
+                 created_at=now) for i in range(n)])
+    Escalation.objects.bulk_create([
+        Escalation(escalation_id=f"noise-esc-{tag}-{i}", task=world.task, decision=world.decision,
+                   action_id=f"noise-act-{i}", reason="noise", status="resolved", outcome="dismissed",
+                   resolved_at=now, created_at=now) for i in range(n)])
+    CommerceSession.objects.bulk_create([
+        CommerceSession(session_id=f"noise-cs-{tag}-{i}", task=tasks[i], agent_id=f"other-{tag}-{i}",
+                        delegation_id=f"noise-dlg-{tag}-{i}", currency="USD", amount_limit=Decimal("1"),
+                        created_at=now) for i in range(n)])

@@ -1,0 +1,75 @@
+"""Replay (CONTRACT C9): would this action be cleared today, and under another policy set?
+
+``original`` is what the checks found when the envelope was accepted (stored with it);
+``current`` re-runs all ten checks on the inputs recorded at submission against today's
+state (the envelope's own reservation or payment counting as its own, exactly as at
+execution time). ``changed_checks`` names every check whose outcome differs.
+
+With a ``policy_set_id``, the policy input recorded by the action's policy evaluation is
+evaluated under that (candidate) policy set through the decision app's engine: a what-if
+before a new policy version is put in force. Nothing is written.
+"""
+
+from typing import Any
+
+from agp_project import errors
+from agp_project.canonical import content_hash
+from decision.models import PolicyEvaluation
+from registry.models import PolicySet
+
+from .checks import envelope_recheck
+from .models import ActionEnvelope
+
+
+def _verdict(checks: list[dict[str, Any]]) -> str:
+    return "cleared" if checks and all(item["passed"] for item in checks) else "rejected"
+
+
+def replay_action(*, action_id: str, policy_set_id: str | None = None) -> dict[str, Any]:
+    """The replay report of one accepted action; NotFound for an action never accepted."""
+    envelope = ActionEnvelope.objects.filter(action_id=action_id).first()
+    if envelope is None:
+        raise errors.NotFound(f"No accepted action with id {action_id!r}.")
+    candidate = None
+    if policy_set_id is not None:
+        candidate = PolicySet.objects.filter(policy_set_id=policy_set_id).first()
+        if candidate is None:
+            raise errors.invalid_fields({"policy_set_id": [f"No policy set with id {policy_set_id!r}."]})
+
+    original = [dict(item) for item in envelope.checks]
+    current = envelope_recheck(envelope=envelope).results
+    before = {item["check"]: item["passed"] for item in original}
+    changed = [item["check"] for item in current if before.get(item["check"]) != item["passed"]]
+    report = {
+        "action_id": envelope.action_id,
+        "original": {"verdict": _verdict(original), "checks": original},
+        "current": {"verdict": _verdict(current), "checks": current},
+        "matches": _verdict(original) == _verdict(current),
+        "changed_checks": changed,
+    }
+    if candidate is not None:
+        report["what_if"] = _what_if(envelope=envelope, policy_set=candidate)
+    return report
+
+
+def _what_if(*, envelope: ActionEnvelope, policy_set: PolicySet) -> dict[str, Any]:
+    from decision.engine import evaluate  # the decision app's engine seam (regorus, or OPA when configured)
+
+    evaluation = PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref).first()
+    if evaluation is None:
+        # The recorded evaluation is gone (it cannot be: PROTECT); fail closed all the same.
+        recorded_input, original_result = {}, {"allow": False, "require_approval": False,
+                                               "reasons": ["the recorded policy evaluation no longer exists"]}
+    else:
+        recorded_input, original_result = evaluation.input, evaluation.result
+    result = evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash,
+                      input=recorded_input).as_result()
+    return {
+        "policy_set_id": policy_set.policy_set_id,
+        "policy_set_status": policy_set.status,
+        "ruleset_hash": policy_set.ruleset_hash,
+        "input_hash": content_hash(recorded_input),
+        "result": result,
+        "original_result": original_result,
+        "matches": bool(result.get("allow")) == bool(original_result.get("allow")),
+    }

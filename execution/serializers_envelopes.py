@@ -1,0 +1,143 @@
+"""Action envelopes and replay: the request parser and the representations (CONTRACT C8, C9).
+
+``envelope_document`` is the one ActionEnvelope body: the 200 of a validation, the stored
+envelope behind ``result_url`` and the bytes the envelope signature covers all come from
+it, so the signature verifies against what a client reads.
+"""
+
+from datetime import UTC
+from typing import Any
+
+from rest_framework import serializers
+
+from agp_project.http.serializers import IdField, StrictSerializer
+
+from .models import ActionEnvelope
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def iso(value) -> str:
+    return value.astimezone(UTC).strftime(TIME_FORMAT)
+
+
+def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[str, Any]:
+    """The ActionEnvelope as issued; without ``signature`` when ``signed`` is False (what is signed)."""
+    document = {
+        "type": "ActionEnvelope",
+        "action_id": envelope.action_id,
+        "task_id": envelope.task_id,
+        "agent_id": envelope.agent_id,
+        "tool_id": envelope.tool_id,
+        "operation": envelope.operation,
+        "parameters": envelope.parameters,
+        "parameters_hash": envelope.parameters_hash,
+        "allowed_parameter_ranges": envelope.allowed_parameter_ranges,
+        "capability_token_ref": envelope.capability_token_ref,
+        "decision_ref": envelope.decision_ref,
+        "policy_decision_ref": envelope.policy_decision_ref,
+        "approval_ref": envelope.approval_ref or None,
+        "commerce_session_ref": envelope.commerce_session_ref or None,
+        "payment_ref": envelope.payment_ref or None,
+        "callback_url": envelope.callback_url or None,
+        "created_at": iso(envelope.created_at),
+        "governance_attestations": envelope.governance_attestations,
+    }
+    if signed:
+        document["signature"] = envelope.signature
+    return document
+
+
+class SignatureSerializer(serializers.Serializer):
+    alg = serializers.CharField()
+    kid = serializers.CharField()
+    issuer = serializers.CharField()
+    issued_at = serializers.DateTimeField()
+    payload_hash = serializers.CharField()
+    value = serializers.CharField()
+
+
+class GovernanceAttestationSerializer(serializers.Serializer):
+    agent_id = serializers.CharField()
+    agent_role = serializers.ChoiceField(choices=["executive"])
+    verdict = serializers.ChoiceField(choices=["cleared"])
+    conditions = serializers.ListField(child=serializers.CharField())
+    notes = serializers.CharField()
+    attested_at = serializers.DateTimeField()
+    signature = SignatureSerializer()
+
+
+class ActionEnvelopeSerializer(StrictSerializer):
+    """``POST /agp/action-envelopes`` request and the ActionEnvelope response.
+
+    References (task, capability, decision, policy evaluation) are prerequisites: one that
+    does not exist fails its check (422), it is not a 400. Response-only fields sent in a
+    request are a 400 (C1).
+    """
+
+    type_name = "ActionEnvelope"
+
+    action_id = IdField(required=False)
+    task_id = serializers.CharField(max_length=128)
+    agent_id = serializers.CharField(max_length=128)
+    tool_id = serializers.CharField(max_length=128)
+    operation = serializers.CharField(max_length=128)
+    parameters = serializers.DictField(required=False, default=dict)
+    parameters_hash = serializers.CharField(read_only=True)
+    allowed_parameter_ranges = serializers.DictField(read_only=True)
+    capability_token_ref = serializers.CharField(max_length=128)
+    decision_ref = serializers.CharField(max_length=128)
+    policy_decision_ref = serializers.CharField(max_length=128)
+    approval_ref = serializers.CharField(read_only=True, allow_null=True)
+    commerce_session_ref = serializers.CharField(read_only=True, allow_null=True)
+    payment_ref = serializers.CharField(read_only=True, allow_null=True)
+    callback_url = serializers.URLField(required=False, max_length=2048, allow_null=True)
+    created_at = serializers.DateTimeField(required=False)
+    governance_attestations = GovernanceAttestationSerializer(many=True, read_only=True)
+    signature = SignatureSerializer(read_only=True)
+
+    def validate_callback_url(self, value):
+        if value and not value.lower().startswith(("http://", "https://")):
+            raise serializers.ValidationError("Must be an http or https URL.")
+        return value
+
+    def to_representation(self, instance):
+        return envelope_document(instance)
+
+
+class CheckOutcomeSerializer(serializers.Serializer):
+    check = serializers.CharField()
+    passed = serializers.BooleanField()
+    reason = serializers.CharField()
+
+
+class VerdictSerializer(serializers.Serializer):
+    verdict = serializers.ChoiceField(choices=["cleared", "rejected"])
+    checks = CheckOutcomeSerializer(many=True)
+
+
+class PolicyResultSerializer(serializers.Serializer):
+    allow = serializers.BooleanField()
+    require_approval = serializers.BooleanField()
+    reasons = serializers.ListField(child=serializers.CharField())
+
+
+class WhatIfSerializer(serializers.Serializer):
+    policy_set_id = serializers.CharField()
+    policy_set_status = serializers.CharField()
+    ruleset_hash = serializers.CharField()
+    input_hash = serializers.CharField()
+    result = PolicyResultSerializer()
+    original_result = PolicyResultSerializer()
+    matches = serializers.BooleanField()
+
+
+class ReplaySerializer(serializers.Serializer):
+    """``GET /agp/replay/{action_id}`` (C9), plus ``changed_checks`` and the optional ``what_if``."""
+
+    action_id = serializers.CharField()
+    original = VerdictSerializer()
+    current = VerdictSerializer()
+    matches = serializers.BooleanField()
+    changed_checks = serializers.ListField(child=serializers.CharField())
+    what_if = WhatIfSerializer(required=False)

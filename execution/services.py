@@ -1,0 +1,191 @@
+"""Submitting action envelopes (CONTRACT C8): validate only, or validate and accept.
+
+Both paths run all ten checks (``execution.checks``). A rejection is recorded in the
+ledger (``envelope.rejected``) in its own committed transaction and only then raised as
+``PrerequisiteFailed``: the error handler does not roll back 4xx responses, and the
+idempotency middleware commits the request transaction for them, so the record of the
+refusal stays while nothing else was written (no envelope, operation, payment or
+reservation).
+
+Acceptance writes, in one transaction: the envelope (inputs as received, checks as
+found, signed), the budget reservation and Payment for ``transact``, the Operation in
+``pending``, the outbox message that makes a worker run it after commit, and the ledger
+events. Any failure rolls all of it back.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NoReturn
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agp_project import errors
+from agp_project.ids import new_id
+from agp_project.signing import get_signer, sign_resource
+from core.ledger import ledger_append
+
+from .budgets import BudgetExhausted, payment_reserve
+from .checks import CHECK_NAMES, CheckReport, EnvelopeInputs, envelope_checks
+from .models import ActionEnvelope, Operation
+from .outbox import outbox_enqueue
+from .serializers_envelopes import envelope_document, iso
+
+EXECUTE_TASK = "agp.execute_operation"
+BROKER_TIMEOUT_SECONDS = 1.0
+MODE_VALIDATE = "validate"
+MODE_EXECUTE = "execute"
+
+
+@dataclass
+class Accepted:
+    envelope: ActionEnvelope
+    operation: Operation
+
+
+def envelope_inputs(*, validated: dict) -> EnvelopeInputs:
+    """The submission as the checks see it: the server fills ``action_id`` and ``created_at``."""
+    return EnvelopeInputs(
+        action_id=validated.get("action_id") or new_id("act"),
+        task_id=validated["task_id"], agent_id=validated["agent_id"], tool_id=validated["tool_id"],
+        operation=validated["operation"], capability_token_ref=validated["capability_token_ref"],
+        decision_ref=validated["decision_ref"], policy_decision_ref=validated["policy_decision_ref"],
+        created_at=validated.get("created_at") or timezone.now(),
+        parameters=validated.get("parameters") or {}, callback_url=validated.get("callback_url") or "")
+
+
+def _ensure_new(action_id: str) -> None:
+    if ActionEnvelope.objects.filter(action_id=action_id).exists():
+        raise errors.Conflict(f"Action {action_id!r} was already submitted for execution.",
+                              details={"action_id": action_id})
+
+
+def _ledger_payload(inputs: EnvelopeInputs, report: CheckReport, **extra) -> dict:
+    return {"action_id": inputs.action_id, "task_id": inputs.task_id, "agent_id": inputs.agent_id,
+            "tool_id": inputs.tool_id, "operation": inputs.operation, "parameters_hash": report.parameters_hash,
+            "verdict": report.verdict, **extra}
+
+
+def envelope_reject(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, mode: str) -> NoReturn:
+    """Record the refusal (committed), then raise 422 listing every failed check."""
+    with transaction.atomic():
+        ledger_append(event_type="envelope.rejected", resource_type="ActionEnvelope", resource_id=inputs.action_id,
+                      actor=actor, payload=_ledger_payload(inputs, report, mode=mode, failed_checks=report.failed))
+    names = ", ".join(item["check"] for item in report.failed)
+    raise errors.PrerequisiteFailed(f"Governance prerequisites failed: {names}.",
+                                    details={"action_id": inputs.action_id, "failed_checks": report.failed})
+
+
+def _attestation(report: CheckReport, now: datetime) -> dict:
+    """The service's own GovernanceAttestation: every check cleared, under these conditions."""
+    attestation = {
+        "agent_id": get_signer().issuer,
+        "agent_role": "executive",
+        "verdict": "cleared",
+        "conditions": report.approval_conditions,
+        "notes": (f"All {len(CHECK_NAMES)} governance checks passed ({', '.join(CHECK_NAMES)}); "
+                  f"delegation {report.delegation_ref}"
+                  + (f", approval {report.approval_ref}" if report.approval_ref else "")
+                  + (f", commerce session {report.commerce_session_ref}" if report.commerce_session_ref else "")
+                  + "."),
+        "attested_at": iso(now),
+    }
+    attestation["signature"] = sign_resource(attestation)
+    return attestation
+
+
+def _envelope(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, now: datetime,
+              payment_ref: str = "") -> ActionEnvelope:
+    envelope = ActionEnvelope(
+        action_id=inputs.action_id, task_id=inputs.task_id, agent_id=inputs.agent_id, tool_id=inputs.tool_id,
+        operation=inputs.operation, capability_token_ref=inputs.capability_token_ref,
+        decision_ref=inputs.decision_ref, policy_decision_ref=inputs.policy_decision_ref,
+        parameters=inputs.parameters, parameters_hash=report.parameters_hash,
+        allowed_parameter_ranges=report.allowed_parameter_ranges, approval_ref=report.approval_ref or "",
+        commerce_session_ref=report.commerce_session_ref or "", payment_ref=payment_ref,
+        delegation_ref=report.delegation_ref or "", callback_url=inputs.callback_url,
+        governance_attestations=[_attestation(report, now)], inputs=inputs.as_json(), checks=report.results,
+        submitted_by=actor, created_at=inputs.created_at, accepted_at=now)
+    envelope.signature = sign_resource(envelope_document(envelope, signed=False))
+    return envelope
+
+
+def envelope_validate(*, inputs: EnvelopeInputs, actor: str) -> ActionEnvelope:
+    """Validate only: the signed envelope as it would execute (unsaved); nothing reserved or run."""
+    _ensure_new(inputs.action_id)
+    report = envelope_checks(inputs=inputs)
+    if not report.passed:
+        envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_VALIDATE)
+    envelope = _envelope(inputs=inputs, report=report, actor=actor, now=timezone.now())
+    with transaction.atomic():
+        ledger_append(event_type="envelope.validated", resource_type="ActionEnvelope", resource_id=inputs.action_id,
+                      actor=actor, payload=_ledger_payload(
+                          inputs, report, approval_ref=report.approval_ref,
+                          commerce_session_ref=report.commerce_session_ref, delegation_ref=report.delegation_ref,
+                          signature_payload_hash=envelope.signature["payload_hash"]))
+    return envelope
+
+
+def broker_ensure_reachable(*, timeout: float = BROKER_TIMEOUT_SECONDS) -> None:
+    """503 unless the broker answers: accepting work no worker can be told about helps no one.
+
+    The filesystem transport (the embedded default) needs no server. The outbox would
+    deliver later anyway; refusing up front tells the client now, with nothing stored.
+    """
+    from agp_project.celery import app
+
+    url = app.conf.broker_url or settings.CELERY_BROKER_URL
+    if url.startswith("filesystem://"):
+        return
+    try:
+        with app.connection_for_write(url=url, connect_timeout=timeout) as conn:
+            conn.ensure_connection(max_retries=0, timeout=timeout)
+    except Exception as exc:  # any failure to connect is "unavailable", never a 500
+        raise errors.Unavailable("The message broker is unreachable; nothing was accepted.",
+                                 headers={"Retry-After": "5"}) from exc
+
+
+def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
+    """Validate and accept for asynchronous execution (``Prefer: respond-async``)."""
+    _ensure_new(inputs.action_id)
+    report = envelope_checks(inputs=inputs)
+    if not report.passed:
+        envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_EXECUTE)
+    broker_ensure_reachable()
+    now = timezone.now()
+    transact = report.action_class == "transact"
+    try:
+        with transaction.atomic():
+            envelope = _envelope(inputs=inputs, report=report, actor=actor, now=now,
+                                 payment_ref=new_id("pay") if transact else "")
+            envelope.save(force_insert=True)
+            if transact:
+                payment_reserve(envelope=envelope, session_id=report.commerce_session_ref, amount=report.amount,
+                                currency=report.currency, chain_pks=report.chain_delegation_pks, actor=actor)
+            operation = Operation.objects.create(
+                operation_id=new_id("op"), envelope=envelope, callback_url=inputs.callback_url,
+                created_at=now, updated_at=now)
+            outbox_enqueue(task_name=EXECUTE_TASK, args=[operation.operation_id])
+            ledger_append(event_type="envelope.accepted", resource_type="ActionEnvelope",
+                          resource_id=envelope.action_id, actor=actor, payload=_ledger_payload(
+                              inputs, report, operation_id=operation.operation_id, payment_ref=envelope.payment_ref,
+                              approval_ref=report.approval_ref, commerce_session_ref=report.commerce_session_ref,
+                              delegation_ref=report.delegation_ref,
+                              signature_payload_hash=envelope.signature["payload_hash"]))
+            ledger_append(event_type="operation.created", resource_type="Operation",
+                          resource_id=operation.operation_id, actor=actor,
+                          payload={"action_id": envelope.action_id, "status": operation.status})
+    except IntegrityError:
+        # Two submissions of one action_id raced past _ensure_new: the unique index decides.
+        if ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
+            raise errors.Conflict(f"Action {inputs.action_id!r} was already submitted for execution.",
+                                  details={"action_id": inputs.action_id}) from None
+        raise
+    except BudgetExhausted as exc:
+        # Another submission took the room between the checks and the reservation.
+        for result in report.results:
+            if result["check"] == "commerce":
+                result.update(passed=False, reason=exc.reason)
+        envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_EXECUTE)
+    return Accepted(envelope=envelope, operation=operation)

@@ -1,0 +1,145 @@
+"""``/agp/action-envelopes`` and ``/agp/replay/{action_id}`` (CONTRACT C8, C9)."""
+
+from django.utils.cache import patch_vary_headers
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agp_project import errors
+from agp_project.http.viewsets import AGPViewSet, CreateMixin
+
+from .models import ActionEnvelope
+from .replay import replay_action
+from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer, envelope_document
+from .serializers_operations import OperationSerializer, operation_representation
+from .services import envelope_accept, envelope_inputs, envelope_validate
+
+RETRY_AFTER_SECONDS = "1"
+
+
+def _split_outside_quotes(text: str, separator: str) -> list[str]:
+    parts, current, quoted, escaped = [], [], False, False
+    for char in text:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif quoted and char == "\\":
+            current.append(char)
+            escaped = True
+        elif char == '"':
+            current.append(char)
+            quoted = not quoted
+        elif char == separator and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        inner, out, escaped = value[1:-1], [], False
+        for char in inner:
+            if escaped or char != "\\":
+                out.append(char)
+                escaped = False
+            else:
+                escaped = True
+        return "".join(out)
+    return value
+
+
+def parse_prefer(header: str) -> dict[str, str | None]:
+    """RFC 7240 ``Prefer``: ``{name: value}`` with lower-cased names (and ``return`` values).
+
+    Several headers arrive joined by commas; empty list elements are skipped; a
+    preference's parameters (``; name=value``) are accepted and ignored; when a preference
+    appears more than once only the first counts (RFC 7240 section 2).
+    """
+    preferences: dict[str, str | None] = {}
+    for element in _split_outside_quotes(header or "", ","):
+        head = _split_outside_quotes(element, ";")[0].strip()
+        if not head:
+            continue
+        name, sep, value = head.partition("=")
+        name = name.strip().lower()
+        if not name or name in preferences:
+            continue
+        preferences[name] = _unquote(value) if sep else None
+    if preferences.get("return"):
+        preferences["return"] = preferences["return"].lower()
+    return preferences
+
+
+PREFER_PARAMETER = OpenApiParameter(
+    name="Prefer", location=OpenApiParameter.HEADER, required=False, type=OpenApiTypes.STR,
+    description="RFC 7240. `respond-async`: validate, accept and execute asynchronously (202 Operation). "
+                "Absent or `return=representation`: validate only (200 ActionEnvelope). Other preferences "
+                "are ignored.")
+
+
+class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
+    """Submit an action envelope (validate, or validate and execute); read accepted envelopes."""
+
+    queryset = ActionEnvelope.objects.all()
+    serializer_class = ActionEnvelopeSerializer
+    collection = "action-envelopes"
+    lookup_field = "action_id"
+    scope_group = "execution"
+    filter_fields = {"action_id": "action_id", "task_id": "task_id", "agent_id": "agent_id",
+                     "decision_ref": "decision_ref", "tool_id": "tool_id"}
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        # The answer to the same POST depends on Prefer: caches must key on it (C8).
+        response = super().finalize_response(request, response, *args, **kwargs)
+        patch_vary_headers(response, ["Prefer"])
+        return response
+
+    @extend_schema(
+        parameters=[PREFER_PARAMETER],
+        request=ActionEnvelopeSerializer,
+        responses={
+            200: OpenApiResponse(ActionEnvelopeSerializer, description="Validated only: the envelope as it would "
+                                                                       "execute; nothing reserved or executed."),
+            202: OpenApiResponse(OperationSerializer, description="Accepted for asynchronous execution."),
+        },
+    )
+    def create(self, request, *args, **kwargs):
+        preferences = parse_prefer(request.META.get("HTTP_PREFER", ""))
+        inputs = envelope_inputs(validated=self.parse())
+        if "respond-async" in preferences:
+            accepted = envelope_accept(inputs=inputs, actor=self.actor)
+            body = operation_representation(accepted.operation, request=request)
+            return Response(body, status=status.HTTP_202_ACCEPTED, headers={
+                "Location": body["status_url"], "Operation-Location": body["status_url"],
+                "Preference-Applied": "respond-async", "Retry-After": RETRY_AFTER_SECONDS})
+        envelope = envelope_validate(inputs=inputs, actor=self.actor)
+        headers = {}
+        if preferences.get("return") == "representation":
+            headers["Preference-Applied"] = "return=representation"
+        return Response(envelope_document(envelope), status=status.HTTP_200_OK, headers=headers)
+
+
+class ReplayView(APIView):
+    """``GET /agp/replay/{action_id}[?policy_set_id=...]``: original vs current verdicts, and a what-if."""
+
+    scope_group = "execution"
+    allowed_params = ("policy_set_id",)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("policy_set_id", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
+                                     description="Also evaluate the action's recorded policy input under this "
+                                                 "policy set (what-if).")],
+        responses={200: ReplaySerializer},
+    )
+    def get(self, request, action_id: str):
+        unknown = sorted(set(request.query_params) - set(self.allowed_params))
+        if unknown:
+            raise errors.invalid_fields({name: ["Unknown query parameter."] for name in unknown},
+                                        "Unknown query parameters.")
+        return Response(replay_action(action_id=action_id, policy_set_id=request.query_params.get("policy_set_id")))

@@ -1,0 +1,448 @@
+"""The ten fail-closed checks (CONTRACT C8): each one alone, all at once, and their query count."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from core.models import LedgerEvent
+from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
+from execution.checks import CHECK_NAMES, EnvelopeInputs, envelope_checks, parameters_violations
+from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment
+from execution.services import envelope_inputs
+from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
+from tests.execution.factories import make_full_world, make_noise, make_world
+
+pytestmark = pytest.mark.django_db
+
+URL = "/agp/action-envelopes"
+MAX_CHECK_QUERIES = 20
+
+
+def _iso(value):
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _inputs(world, **overrides) -> EnvelopeInputs:
+    body = world.envelope_request(**overrides)
+    body.pop("type")
+    from django.utils.dateparse import parse_datetime
+    body["created_at"] = parse_datetime(body["created_at"])
+    return envelope_inputs(validated=body)
+
+
+def _failed(report) -> list[str]:
+    return [item["check"] for item in report.failed]
+
+
+# --- removing exactly one prerequisite -------------------------------------------------------------------
+def _close_task(world, body):
+    Task.objects.filter(pk=world.task.pk).update(status="closed")
+
+
+def _revoke_delegation(world, body):
+    Delegation.objects.filter(pk=world.delegation.pk).update(status="revoked", revoked_at=timezone.now())
+
+
+def _revoke_capability(world, body):
+    Capability.objects.filter(pk=world.capability.pk).update(status="revoked")
+
+
+def _deny_decision(world, body):
+    Decision.objects.filter(pk=world.decision.pk).update(outcome="deny")
+
+
+def _disallow_evaluation(world, body):
+    PolicyEvaluation.objects.filter(pk=world.evaluation.pk).update(
+        allowed=False, result={"allow": False, "require_approval": True, "reasons": ["amount over 1000"]})
+
+
+def _delete_assessment(world, body):
+    ImpactAssessment.objects.filter(pk=world.assessment.pk).delete()
+
+
+def _delete_approval(world, body):
+    Approval.objects.filter(pk=world.approval.pk).delete()
+
+
+def _open_escalation(world, body):
+    Escalation.objects.create(escalation_id="esc-open", task=world.task, reason="customer complaint",
+                              created_at=timezone.now())
+
+
+def _close_session(world, body):
+    CommerceSession.objects.filter(pk=world.session.pk).update(status="closed")
+
+
+def _future_created_at(world, body):
+    body["created_at"] = _iso(timezone.now() + timedelta(minutes=5))
+
+
+REMOVALS = {
+    "task": _close_task,
+    "delegation": _revoke_delegation,
+    "capability": _revoke_capability,
+    "decision": _deny_decision,
+    "policy_evaluation": _disallow_evaluation,
+    "impact_assessment": _delete_assessment,
+    "approval": _delete_approval,
+    "escalation": _open_escalation,
+    "commerce": _close_session,
+    "created_at": _future_created_at,
+}
+
+
+def _assert_nothing_stored(world, action_id):
+    assert not ActionEnvelope.objects.filter(action_id=action_id).exists()
+    assert Operation.objects.count() == 0
+    assert Payment.objects.count() == 0
+    assert OutboxMessage.objects.count() == 0
+    session = CommerceSession.objects.get(pk=world.session.pk)
+    assert (session.reserved_amount, session.spent_amount) == (Decimal("0"), Decimal("0"))
+
+
+def test_it_covers_every_check_with_a_removal():
+    assert set(REMOVALS) == set(CHECK_NAMES) and len(CHECK_NAMES) == 10
+
+
+def test_it_accepts_the_complete_world(api):
+    world = make_full_world()
+    response = api.post(URL, world.envelope_request(), format="json", HTTP_PREFER="respond-async")
+    assert response.status_code == 202, response.json()
+    assert Operation.objects.count() == 1
+
+
+@pytest.mark.parametrize("prefer", ["respond-async", None])
+@pytest.mark.parametrize("check", CHECK_NAMES)
+def test_it_rejects_naming_exactly_the_removed_prerequisite(api, check, prefer):
+    world = make_full_world()
+    body = world.envelope_request()
+    REMOVALS[check](world, body)
+    headers = {"HTTP_PREFER": prefer} if prefer else {}
+
+    response = api.post(URL, body, format="json", **headers)
+
+    assert response.status_code == 422, response.json()
+    error = response.json()["error"]
+    assert error["code"] == "AGP_PREREQUISITE_FAILED"
+    assert error["retryable"] is False
+    assert [item["check"] for item in error["details"]["failed_checks"]] == [check]
+    assert error["details"]["failed_checks"][0]["reason"]
+    _assert_nothing_stored(world, body["action_id"])
+    event = LedgerEvent.objects.get(event_type="envelope.rejected", resource_id=body["action_id"])
+    assert [item["check"] for item in event.payload["failed_checks"]] == [check]
+    assert event.payload["mode"] == ("execute" if prefer else "validate")
+
+
+def test_it_lists_every_failed_check_when_all_prerequisites_are_missing(api):
+    world = make_full_world()
+    body = world.envelope_request()
+    for removal in REMOVALS.values():
+        removal(world, body)
+
+    response = api.post(URL, body, format="json", HTTP_PREFER="respond-async")
+
+    assert response.status_code == 422
+    failed = response.json()["error"]["details"]["failed_checks"]
+    assert [item["check"] for item in failed] == list(CHECK_NAMES)
+    assert all(item["reason"] for item in failed)
+    _assert_nothing_stored(world, body["action_id"])
+
+
+def test_it_lists_every_failed_check_for_references_that_do_not_exist(api):
+    world = make_full_world()
+    body = world.envelope_request(task_id="no-such-task", capability_token_ref="no-such-cap",
+                                  decision_ref="no-such-decision", policy_decision_ref="no-such-evaluation",
+                                  created_at=_iso(timezone.now() + timedelta(hours=1)))
+    Escalation.objects.create(escalation_id="esc-on-action", action_id=body["action_id"], reason="stop",
+                              created_at=timezone.now())
+
+    response = api.post(URL, body, format="json", HTTP_PREFER="respond-async")
+
+    assert response.status_code == 422
+    failed = {item["check"]: item["reason"] for item in response.json()["error"]["details"]["failed_checks"]}
+    # With no task there is no root principal, no rule-5 answer and no action class: fail closed.
+    assert list(failed) == ["task", "delegation", "capability", "decision", "policy_evaluation",
+                            "impact_assessment", "escalation", "commerce", "created_at"]
+    assert "does not exist" in failed["task"]
+    _assert_nothing_stored(world, body["action_id"])
+
+
+# --- the finer rules of each check -------------------------------------------------------------------------
+def test_it_passes_every_check_of_a_low_risk_read():
+    world = make_world()
+    report = envelope_checks(inputs=_inputs(world))
+    assert report.passed, report.failed
+    assert report.commerce_session_ref is None and report.approval_ref == world.approval.approval_id
+    assert report.delegation_ref == world.delegation.delegation_id
+
+
+def test_it_fails_delegation_when_an_ancestor_expired():
+    world = make_world()
+    Delegation.objects.filter(pk=world.root_delegation.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["delegation"]
+    assert world.root_delegation.delegation_id in report.result("delegation")["reason"]
+
+
+def test_it_fails_delegation_when_an_ancestor_is_revoked_without_cascade():
+    world = make_world()
+    Delegation.objects.filter(pk=world.root_delegation.pk).update(status="revoked")
+    assert _failed(envelope_checks(inputs=_inputs(world))) == ["delegation"]
+
+
+def test_it_fails_delegation_and_capability_when_the_agent_is_revoked():
+    world = make_world()
+    now = timezone.now()
+    Revocation.objects.create(revocation_id="rev-agent", target_type="agent", target_id=world.agent_id,
+                              revoked_at=now, created_at=now)
+    assert _failed(envelope_checks(inputs=_inputs(world))) == ["delegation", "capability"]
+
+
+def test_it_uses_another_valid_delegation_but_then_fails_the_capability_issued_under_the_revoked_one():
+    world = make_world()
+    from tests.execution.factories import make_delegation
+    make_delegation(root_principal=world.root_principal, delegator=world.orchestrator_id, delegate=world.agent_id,
+                    scope=["crm:*"], parent=world.root_delegation)
+    Delegation.objects.filter(pk=world.delegation.pk).update(status="revoked")
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["capability"]
+    assert "was issued under delegation" in report.result("capability")["reason"]
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"expires_at": timezone.now() - timedelta(seconds=1)}, "expired"),
+    ({"agent_id": "someone-else"}, "belongs to another agent"),
+    ({"tool_id": "mail"}, "is for tool"),
+    ({"operations": ["read"]}, "does not cover operation"),
+])
+def test_it_fails_capability_rules(change, expected):
+    world = make_world()
+    Capability.objects.filter(pk=world.capability.pk).update(**change)
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["capability"]
+    assert expected in report.result("capability")["reason"]
+
+
+def test_it_fails_capability_outside_the_delegation_scope():
+    world = make_world()
+    Delegation.objects.filter(pk=world.delegation.pk).update(authority_scope=["crm:read"])
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["capability"]
+    assert "outside the authority scope" in report.result("capability")["reason"]
+
+
+def test_it_accepts_a_wildcard_delegation_scope():
+    world = make_world()
+    Delegation.objects.filter(pk=world.delegation.pk).update(authority_scope=["crm:*"])
+    assert envelope_checks(inputs=_inputs(world)).passed
+
+
+@pytest.mark.parametrize("parameters, expected", [
+    ({"limit": 101}, "above the maximum"),
+    ({"limit": 0}, "below the minimum"),
+    ({"limit": "ten"}, "not a number"),
+    ({"limit": True}, "not a number"),
+])
+def test_it_fails_parameters_outside_the_allowed_ranges(parameters, expected):
+    world = make_world()
+    report = envelope_checks(inputs=_inputs(world, parameters=parameters))
+    assert _failed(report) == ["capability"]
+    assert expected in report.result("capability")["reason"]
+
+
+def test_it_checks_enum_ranges_and_fails_closed_on_unknown_range_shapes():
+    assert parameters_violations({"currency": "USD"}, {"currency": {"enum": ["USD", "EUR"]}}) == []
+    assert parameters_violations({"currency": "GBP"}, {"currency": {"enum": ["USD"]}})
+    assert parameters_violations({"flag": 1}, {"flag": {"enum": [True]}})
+    assert parameters_violations({"x": 1}, {"x": {"between": [0, 2]}})
+    assert parameters_violations({"other": 5}, {"x": {"min": 0}}) == []
+
+
+@pytest.mark.parametrize("change", [{"status": "revoked"}, {"tool_id": "mail"}])
+def test_it_fails_capability_without_an_active_skill_for_the_tool(change):
+    world = make_world()
+    Skill.objects.filter(pk=world.skill.pk).update(**change)
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["capability"]
+    assert "no active skill" in report.result("capability")["reason"]
+
+
+@pytest.mark.parametrize("change", [{"status": "draft"}, {"outcome": "escalate"}])
+def test_it_fails_decision_rules(change):
+    world = make_world()
+    Decision.objects.filter(pk=world.decision.pk).update(**change)
+    assert _failed(envelope_checks(inputs=_inputs(world))) == ["decision"]
+
+
+def test_it_fails_a_decision_of_another_task():
+    world, other = make_world(), make_world()
+    report = envelope_checks(inputs=_inputs(world, decision_ref=other.decision.decision_id))
+    assert "decision" in _failed(report)
+    assert "another task" in report.result("decision")["reason"]
+
+
+def test_it_fails_policy_evaluation_when_the_ruleset_changed_or_the_set_is_revoked():
+    world = make_world()
+    PolicySet.objects.filter(pk=world.policy_set.pk).update(ruleset_hash="sha256:" + "0" * 64, status="revoked")
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["policy_evaluation"]
+    assert "revoked" in report.result("policy_evaluation")["reason"]
+    assert "ruleset changed" in report.result("policy_evaluation")["reason"]
+
+
+def test_it_fails_policy_evaluation_of_another_agent():
+    world = make_world()
+    PolicyEvaluation.objects.filter(pk=world.evaluation.pk).update(agent_id="someone-else")
+    assert _failed(envelope_checks(inputs=_inputs(world))) == ["policy_evaluation"]
+
+
+def test_it_fails_impact_assessment_that_says_do_not_proceed():
+    world = make_full_world()
+    ImpactAssessment.objects.filter(pk=world.assessment.pk).update(recommendation="do_not_proceed")
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["impact_assessment"]
+
+
+def test_it_requires_no_assessment_below_rule_five():
+    world = make_world(action_class="transact", risk_level="medium")
+    assert world.assessment is None
+    assert envelope_checks(inputs=_inputs(world)).passed
+
+
+def test_it_requires_approval_when_the_evaluation_says_so_and_not_otherwise():
+    world = make_world(require_approval=True, approval=False)
+    assert _failed(envelope_checks(inputs=_inputs(world))) == ["approval"]
+    relaxed = make_world(require_approval=False, approval=False)
+    report = envelope_checks(inputs=_inputs(relaxed))
+    assert report.passed and report.approval_ref is None
+
+
+def test_it_fails_an_expired_approval_and_one_rejected_later():
+    world = make_full_world()
+    Approval.objects.filter(pk=world.approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert _failed(envelope_checks(inputs=_inputs(world))) == ["approval"]
+    other = make_full_world()
+    Approval.objects.create(approval_id="apr-later-reject", decision=other.decision, approver="cfo",
+                            verdict="rejected", created_at=timezone.now() + timedelta(seconds=1))
+    report = envelope_checks(inputs=_inputs(other))
+    assert _failed(report) == ["approval"]
+    assert "rejected by a later approval" in report.result("approval")["reason"]
+
+
+def test_it_blocks_on_upheld_but_not_on_dismissed_escalations():
+    world = make_world()
+    now = timezone.now()
+    Escalation.objects.create(escalation_id="esc-dismissed", decision=world.decision, status="resolved",
+                              outcome="dismissed", resolved_at=now, created_at=now)
+    assert envelope_checks(inputs=_inputs(world)).passed
+    Escalation.objects.create(escalation_id="esc-upheld", decision=world.decision, status="resolved",
+                              outcome="upheld", resolved_at=now, created_at=now)
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["escalation"]
+    assert "esc-upheld" in report.result("escalation")["reason"]
+
+
+def _commerce_reason(world, **overrides) -> str:
+    report = envelope_checks(inputs=_inputs(world, **overrides))
+    assert _failed(report) == ["commerce"]
+    return report.result("commerce")["reason"]
+
+
+def test_it_fails_commerce_without_room_in_the_session():
+    world = make_full_world()
+    CommerceSession.objects.filter(pk=world.session.pk).update(spent_amount=Decimal("120"),
+                                                               reserved_amount=Decimal("40"))
+    assert "left, less than 50" in _commerce_reason(world)
+
+
+def test_it_fails_commerce_beyond_the_delegation_spend_limit():
+    world = make_full_world(spend_limit=Decimal("40"))
+    assert "spend limit 40" in _commerce_reason(world)
+
+
+def test_it_counts_spending_of_sibling_sessions_against_an_ancestors_limit():
+    world = make_full_world(root_spend_limit=Decimal("500"), spend_limit=Decimal("500"))
+    from tests.execution.factories import make_delegation
+    sibling = make_delegation(root_principal=world.root_principal, delegator=world.orchestrator_id,
+                              delegate="sibling-agent", scope=["crm:update"], parent=world.root_delegation,
+                              spend=("USD", Decimal("500")))
+    CommerceSession.objects.create(session_id="cs-sibling", task=world.task, agent_id="sibling-agent",
+                                   delegation=sibling, currency="USD", amount_limit=Decimal("500"),
+                                   spent_amount=Decimal("460"), created_at=timezone.now())
+    reason = _commerce_reason(world)
+    assert world.root_delegation.delegation_id in reason and "460" in reason
+
+
+def test_it_fails_commerce_without_a_liability_binding_or_with_too_little_coverage():
+    world = make_full_world()
+    LiabilityBinding.objects.filter(pk=world.binding.pk).update(coverage_amount=Decimal("10"))
+    assert "covers 10" in _commerce_reason(world)
+    LiabilityBinding.objects.filter(pk=world.binding.pk).update(status="revoked")
+    assert "no active liability binding" in _commerce_reason(world)
+
+
+@pytest.mark.parametrize("parameters, expected", [
+    ({"currency": "USD"}, "parameters.amount"),
+    ({"amount": 50}, "parameters.currency"),
+    ({"amount": -5, "currency": "USD"}, "parameters.amount"),
+])
+def test_it_fails_commerce_without_a_usable_amount(parameters, expected):
+    world = make_full_world(allowed_parameter_ranges={})
+    assert expected in _commerce_reason(world, parameters=parameters)
+
+
+def test_it_fails_commerce_in_another_currency():
+    world = make_full_world(allowed_parameter_ranges={})
+    reason = _commerce_reason(world, parameters={"amount": 50, "currency": "EUR"})
+    assert "is in USD, not EUR" in reason
+
+
+def test_it_allows_created_at_up_to_sixty_seconds_ahead():
+    world = make_world()
+    assert envelope_checks(inputs=_inputs(world, created_at=_iso(timezone.now() + timedelta(seconds=55)))).passed
+
+
+# --- a fixed number of queries, whatever the table sizes ---------------------------------------------------
+def _count_check_queries(world) -> int:
+    inputs = _inputs(world)
+    with CaptureQueriesContext(connection) as captured:
+        report = envelope_checks(inputs=inputs)
+    assert report.passed, report.failed
+    return len(captured.captured_queries)
+
+
+@pytest.mark.parametrize("factory", [make_world, make_full_world])
+def test_it_validates_with_a_fixed_number_of_queries_at_small_and_large_table_sizes(factory, api):
+    small_world = factory()
+    small = _count_check_queries(small_world)
+
+    large_world = factory()
+    make_noise(large_world, 1000)
+    make_noise(small_world, 10)
+    large = _count_check_queries(large_world)
+
+    assert small == large <= MAX_CHECK_QUERIES
+
+    # The whole validate-only request too: same count at both sizes.
+    counts = []
+    for world in (small_world, large_world):
+        with CaptureQueriesContext(connection) as captured:
+            response = api.post(URL, world.envelope_request(), format="json")
+        assert response.status_code == 200, response.json()
+        counts.append(len(captured.captured_queries))
+    assert counts[0] == counts[1] <= MAX_CHECK_QUERIES + 5
+
+
+def test_it_pins_the_query_count_of_each_action_class(django_assert_num_queries):
+    read, transact = make_world(), make_full_world()
+    read_inputs, transact_inputs = _inputs(read), _inputs(transact)
+    # task, capability, delegation candidates, chain links, skill, decision, evaluation, approval, escalation
+    with django_assert_num_queries(9):
+        assert envelope_checks(inputs=read_inputs).passed
+    # + impact assessment, commerce session, chain spending, liability binding
+    with django_assert_num_queries(13):
+        assert envelope_checks(inputs=transact_inputs).passed
