@@ -11,6 +11,7 @@ from django.template.response import TemplateResponse
 
 from agp_project import errors
 from agp_project.ids import is_valid_id
+from core.admin_base import AuditorReadOnlyMixin
 
 from .models import Client
 from .scopes import ALL_SCOPES
@@ -47,7 +48,7 @@ def _secret_page(request, admin_site, *, client_id: str, secret: str, title: str
 
 
 @admin.register(Client)
-class ClientAdmin(admin.ModelAdmin):
+class ClientAdmin(AuditorReadOnlyMixin, admin.ModelAdmin):
     form = ClientForm
     list_display = ["client_id", "is_active", "scope_list", "description", "created_at"]
     list_filter = ["is_active"]
@@ -89,19 +90,19 @@ class ClientAdmin(admin.ModelAdmin):
         return _secret_page(request, self.admin_site, client_id=obj.client_id, secret=secret,
                             title=f"API client {obj.client_id} created")
 
-    @admin.action(description="Disable the selected clients (their live tokens stop working)")
+    @admin.action(description="Disable the selected clients (their live tokens stop working)", permissions=["change"])
     def disable_clients(self, request, queryset):
         for client in queryset:
             client_set_active(client_id=client.client_id, active=False, actor=_admin_actor(request))
         self.message_user(request, f"Disabled {queryset.count()} client(s).")
 
-    @admin.action(description="Enable the selected clients")
+    @admin.action(description="Enable the selected clients", permissions=["change"])
     def enable_clients(self, request, queryset):
         for client in queryset:
             client_set_active(client_id=client.client_id, active=True, actor=_admin_actor(request))
         self.message_user(request, f"Enabled {queryset.count()} client(s).")
 
-    @admin.action(description="Rotate the secret of the selected client (exactly one)")
+    @admin.action(description="Rotate the secret of the selected client (exactly one)", permissions=["change"])
     def rotate_secret(self, request, queryset):
         if queryset.count() != 1:
             self.message_user(request, "Select exactly one client to rotate its secret.", messages.ERROR)

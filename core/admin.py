@@ -1,0 +1,223 @@
+"""Admin for the ledger (with its verification), the ledger head, idempotency records, users and groups."""
+
+from datetime import UTC
+
+from django.apps import apps
+from django.contrib import admin, messages
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path
+from django.utils.html import format_html
+
+from agp_project.canonical import content_hash
+
+from .admin_base import (
+    AuditorReadOnlyMixin,
+    ReadOnlyModelAdmin,
+    admin_link,
+    changelist_url,
+    id_filter,
+    id_link,
+    pretty_json,
+    short_hash,
+)
+from .ledger import GENESIS_HASH, TIME_FORMAT, canonical_event, chain_hash, ledger_verify
+from .models import IdempotencyRecord, LedgerEvent, LedgerHead
+
+# Ledger ``resource_type`` -> (model, its public id field): where an event's resource lives.
+RESOURCE_MODELS = {
+    "Task": ("registry.Task", "task_id"),
+    "DelegationChain": ("registry.Delegation", "delegation_id"),
+    "Delegation": ("registry.Delegation", "delegation_id"),
+    "PolicySet": ("registry.PolicySet", "policy_set_id"),
+    "Capability": ("registry.Capability", "capability_id"),
+    "Skill": ("registry.Skill", "skill_id"),
+    "LiabilityBinding": ("registry.LiabilityBinding", "binding_id"),
+    "Revocation": ("registry.Revocation", "revocation_id"),
+    "Context": ("decision.Context", "context_id"),
+    "EvidenceBundle": ("decision.EvidenceBundle", "bundle_id"),
+    "PolicyEvaluation": ("decision.PolicyEvaluation", "evaluation_id"),
+    "Decision": ("decision.Decision", "decision_id"),
+    "ImpactAssessment": ("decision.ImpactAssessment", "assessment_id"),
+    "Approval": ("decision.Approval", "approval_id"),
+    "Escalation": ("decision.Escalation", "escalation_id"),
+    "CommerceSession": ("decision.CommerceSession", "session_id"),
+    "ActionEnvelope": ("execution.ActionEnvelope", "action_id"),
+    "Operation": ("execution.Operation", "operation_id"),
+    "Receipt": ("execution.Receipt", "receipt_id"),
+    "Payment": ("execution.Payment", "payment_id"),
+    "ApiClient": ("auth_tokens.Client", "client_id"),
+    "AdminUser": ("auth.User", "username"),
+}
+
+
+def _resource_model(resource_type: str):
+    entry = RESOURCE_MODELS.get(resource_type)
+    if entry is None:
+        return None, None
+    try:
+        return apps.get_model(entry[0]), entry[1]
+    except LookupError:
+        return None, None
+
+
+@admin.register(LedgerEvent)
+class LedgerEventAdmin(ReadOnlyModelAdmin):
+    """The hash chain, newest first; immutable for everyone. "Verify ledger" walks the whole chain."""
+
+    list_display = ("sequence", "event_type", "resource_type", "resource", "actor", "recorded_at",
+                    "prev_hash_short", "hash_short")
+    list_display_links = ("sequence", "event_type")
+    list_filter = (id_filter("resource", "resource_id"), id_filter("actor", "actor"), "resource_type",
+                   "event_type", "recorded_at")
+    search_fields = ("=event_id", "resource_id", "actor", "event_type", "=hash", "=prev_hash")
+    date_hierarchy = "recorded_at"
+    ordering = ("-sequence",)
+    fieldsets = (
+        ("Chain position", {"fields": ("sequence", "chain_position", "prev_hash", "hash", "link_check")}),
+        ("Event", {"fields": ("event_id", "event_type", "resource_type", "resource_id", "resource_record",
+                              "actor", "recorded_at")}),
+        ("Payload", {"fields": ("payload_hash", "payload_pretty")}),
+    )
+    readonly_fields = ("chain_position", "link_check", "resource_record", "payload_pretty")
+
+    def get_urls(self):
+        verify = path("verify/", self.admin_site.admin_view(self.verify_view), name="core_ledgerevent_verify")
+        return [verify, *super().get_urls()]
+
+    def verify_view(self, request):
+        """POST only: verification reads the whole chain, not something a prefetch should start."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        result = ledger_verify()
+        if result.verified:
+            messages.success(request, f"Ledger verified: all {result.events} events chain correctly "
+                                      f"(head hash {result.head_hash}).")
+        else:
+            broken = LedgerEvent.objects.filter(sequence=result.first_broken_sequence).first()
+            if broken is not None:
+                messages.error(request, format_html(
+                    "Ledger verification FAILED: the first broken link is event {} "
+                    "({} events before it verified).",
+                    admin_link(broken, f"#{broken.sequence}"), result.events))
+            else:
+                messages.error(request, format_html(
+                    "Ledger verification FAILED at sequence {}: the ledger head records events that are "
+                    "no longer in the table ({} events verified).", result.first_broken_sequence, result.events))
+        return HttpResponseRedirect(changelist_url(LedgerEvent))
+
+    @admin.display(description="resource")
+    def resource(self, obj):
+        model, field = _resource_model(obj.resource_type)
+        if model is None:
+            return obj.resource_id
+        return id_link(model, field, obj.resource_id)
+
+    @admin.display(description="prev hash", ordering="prev_hash")
+    def prev_hash_short(self, obj):
+        return short_hash(obj.prev_hash)
+
+    @admin.display(description="hash", ordering="hash")
+    def hash_short(self, obj):
+        return short_hash(obj.hash)
+
+    @admin.display(description="resource record")
+    def resource_record(self, obj):
+        model, field = _resource_model(obj.resource_type)
+        if model is None:
+            return "-"
+        record = model._default_manager.filter(**{field: obj.resource_id}).first()
+        if record is None:
+            return id_link(model, field, obj.resource_id)
+        return admin_link(record, f"{model._meta.verbose_name} {obj.resource_id}")
+
+    def _neighbours(self, obj):
+        # Memoised: chain_position and link_check both need them (two queries per page, not four).
+        cached = getattr(obj, "_agp_neighbours", None)
+        if cached is None:
+            previous = LedgerEvent.objects.filter(sequence=obj.sequence - 1).first()
+            following = LedgerEvent.objects.filter(sequence=obj.sequence + 1).first()
+            cached = obj._agp_neighbours = (previous, following)
+        return cached
+
+    @admin.display(description="position")
+    def chain_position(self, obj):
+        previous, following = self._neighbours(obj)
+        head = LedgerHead.objects.filter(pk=1).values_list("sequence", flat=True).first()
+        prev_html = admin_link(previous, f"← #{previous.sequence}") if previous else (
+            "genesis" if obj.sequence == 1 else format_html("<strong>#{} missing</strong>", obj.sequence - 1))
+        next_html = admin_link(following, f"#{following.sequence} →") if following else "(head)"
+        return format_html("event #{} of {} &nbsp; {} &nbsp; {}", obj.sequence, head if head is not None else "?",
+                           prev_html, next_html)
+
+    @admin.display(description="link check")
+    def link_check(self, obj):
+        """This one link: does it extend its predecessor, and do its own hashes recompute?"""
+        previous, _ = self._neighbours(obj)
+        problems = []
+        expected_prev = previous.hash if previous else (GENESIS_HASH if obj.sequence == 1 else None)
+        if expected_prev is None:
+            problems.append(f"the previous event #{obj.sequence - 1} is missing")
+        elif obj.prev_hash != expected_prev:
+            problems.append("prev_hash is not the previous event's hash")
+        recomputed = chain_hash(obj.prev_hash, canonical_event(
+            sequence=obj.sequence, event_id=obj.event_id, event_type=obj.event_type,
+            resource_type=obj.resource_type, resource_id=obj.resource_id, actor=obj.actor,
+            payload_hash=obj.payload_hash, recorded_at=obj.recorded_at.astimezone(UTC).strftime(TIME_FORMAT)))
+        if recomputed != obj.hash:
+            problems.append("hash does not recompute from the event")
+        if content_hash(obj.payload) != obj.payload_hash:
+            problems.append("payload does not hash to payload_hash")
+        if problems:
+            return format_html('<strong style="color:var(--error-fg)">broken: {}</strong>', "; ".join(problems))
+        return format_html('<span style="color:var(--message-success-bg, green)">{}</span>',
+                           "intact: extends its predecessor, and its hashes recompute")
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj):
+        return pretty_json(obj.payload)
+
+
+@admin.register(LedgerHead)
+class LedgerHeadAdmin(ReadOnlyModelAdmin):
+    """The row every append locks: the chain's last sequence and hash."""
+
+    list_display = ("id", "sequence", "hash")
+
+
+@admin.register(IdempotencyRecord)
+class IdempotencyRecordAdmin(ReadOnlyModelAdmin):
+    """Stored answers to requests sent with an Idempotency-Key; the body is shown by size only."""
+
+    list_display = ("key", "client_id", "method", "path", "state", "response_status", "locked_at", "expires_at")
+    list_filter = (id_filter("client", "client_id"), "state", "method", "response_status", "expires_at")
+    search_fields = ("=key", "client_id", "path")
+    date_hierarchy = "expires_at"
+    ordering = ("-locked_at",)
+    fields = ("client_id", "method", "path", "key", "fingerprint", "state", "response_status", "response_size",
+              "response_headers", "locked_at", "expires_at")
+    readonly_fields = ("response_size",)
+
+    @admin.display(description="response body")
+    def response_size(self, obj):
+        return "-" if obj.response_body is None else f"{len(obj.response_body)} bytes"
+
+
+# Users and groups: the standard admin, read-only for auditors like everything else.
+admin.site.unregister(User)
+admin.site.unregister(Group)
+
+
+@admin.register(User)
+class AuditedUserAdmin(AuditorReadOnlyMixin, UserAdmin):
+    pass
+
+
+@admin.register(Group)
+class AuditedGroupAdmin(AuditorReadOnlyMixin, GroupAdmin):
+    pass
+

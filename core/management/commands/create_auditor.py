@@ -1,0 +1,48 @@
+"""``manage.py create_auditor``: a Django admin user who can view every record and change none."""
+
+import getpass
+import secrets
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from agp_project import errors
+from core.auditors import AUDITORS_GROUP, auditor_create
+
+
+class Command(BaseCommand):
+    help = (
+        "Create a staff user in the 'auditors' group (view every record in /admin/, change nothing). "
+        "Without --password: prompts for one on a terminal, otherwise generates one and prints it once. "
+        "Also creates or re-syncs the group itself. The creation is recorded in the ledger."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--username", required=True, help="login name of the new auditor")
+        parser.add_argument("--email", default="", help="optional e-mail address")
+        parser.add_argument("--password", help="the password (visible in the process list: prefer the prompt "
+                                               "or a generated one)")
+        parser.add_argument("--generate-password", action="store_true",
+                            help="generate a password and print it, even on a terminal")
+
+    def handle(self, *args, **options):
+        password, generated = self._password(options)
+        try:
+            user = auditor_create(username=options["username"], password=password, email=options["email"])
+        except errors.AGPError as exc:
+            raise CommandError(exc.message) from None
+        self.stdout.write(f"auditor {user.username!r} created (staff, group {AUDITORS_GROUP!r}, not a superuser)")
+        if generated:
+            self.stdout.write(f"password: {password}")
+            self.stdout.write("it is shown only this once; the database keeps only its hash")
+
+    def _password(self, options) -> tuple[str, bool]:
+        if options["password"]:
+            return options["password"], False
+        if not options["generate_password"] and sys.stdin.isatty():
+            first = getpass.getpass("Password (empty to generate one): ")
+            if first:
+                if getpass.getpass("Password (again): ") != first:
+                    raise CommandError("the passwords do not match")
+                return first, False
+        return secrets.token_urlsafe(18), True
