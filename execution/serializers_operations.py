@@ -47,10 +47,6 @@ class ErrorBodySerializer(serializers.Serializer):
     details = serializers.DictField()
 
 
-class ErrorEnvelopeSerializer(serializers.Serializer):
-    error = ErrorBodySerializer()
-
-
 class OperationSerializer(serializers.Serializer):
     """The asynchronous Operation (spec "Operation"); read-only.
 
@@ -79,8 +75,9 @@ class OperationSerializer(serializers.Serializer):
     def get_callback_url(self, operation: Operation) -> str | None:
         return operation.callback_url or None
 
-    @extend_schema_field(ErrorEnvelopeSerializer(allow_null=True))
+    @extend_schema_field(ErrorBodySerializer(allow_null=True))
     def get_error(self, operation: Operation) -> dict | None:
+        # The C2 error object ({"code", "message", "retryable", "details"}) of a failed operation.
         return operation.error or None
 
 

@@ -3,11 +3,17 @@ from rest_framework.routers import SimpleRouter
 
 from .views import LedgerEventViewSet
 from .views_envelopes import ActionEnvelopeViewSet, ReplayView
+from .views_operations import OperationViewSet, ReceiptViewSet
 
 router = SimpleRouter(trailing_slash=False)
 router.register("ledger-events", LedgerEventViewSet, basename="ledger-event")
 router.register("action-envelopes", ActionEnvelopeViewSet, basename="action-envelope")
+router.register("receipts", ReceiptViewSet, basename="receipt")
 
 urlpatterns = router.urls + [
     re_path(r"^replay/(?P<action_id>[A-Za-z0-9._:-]{1,128})$", ReplayView.as_view(), name="replay"),
+]
+urlpatterns += [
+    re_path(r"^operations/(?P<operation_id>[A-Za-z0-9._:-]{1,128})$", OperationViewSet.as_view({"get": "retrieve"}),
+            name="operation-detail"),
 ]

@@ -154,6 +154,33 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {}
 
+# --- Execution worker (CONTRACT C8; execution/runner.py, execution/callbacks.py) -------------
+# One queue for every task; a separate name lets several deployments (or test sessions)
+# share one broker.
+CELERY_TASK_DEFAULT_QUEUE = env_str("AGP_CELERY_QUEUE", "celery")
+# A running operation's claim lasts this long unless its worker renews it (every third of
+# it); a worker that dies stops renewing, and the operation is taken over after this.
+AGP_OPERATION_LEASE_SECONDS = env_int("AGP_OPERATION_LEASE_SECONDS", 30, minimum=1)
+AGP_RECOVER_PENDING_AFTER_SECONDS = env_int("AGP_RECOVER_PENDING_AFTER_SECONDS", 120, minimum=1)
+AGP_NOOP_MAX_SLEEP_SECONDS = env_int("AGP_NOOP_MAX_SLEEP_SECONDS", 30, minimum=0)
+AGP_CONNECTOR_TIMEOUT_SECONDS = env_int("AGP_CONNECTOR_TIMEOUT_SECONDS", 10, minimum=1)
+AGP_CONNECTOR_ATTEMPTS = env_int("AGP_CONNECTOR_ATTEMPTS", 3, minimum=1)
+AGP_CONNECTOR_RETRY_BASE_SECONDS = env_int("AGP_CONNECTOR_RETRY_BASE_SECONDS", 1, minimum=0)
+AGP_CALLBACK_TIMEOUT_SECONDS = env_int("AGP_CALLBACK_TIMEOUT_SECONDS", 5, minimum=1)
+AGP_CALLBACK_MAX_ATTEMPTS = env_int("AGP_CALLBACK_MAX_ATTEMPTS", 6, minimum=1)
+AGP_CALLBACK_RETRY_BASE_SECONDS = env_int("AGP_CALLBACK_RETRY_BASE_SECONDS", 10, minimum=0)
+AGP_OUTBOX_SWEEP_SECONDS = env_int("AGP_OUTBOX_SWEEP_SECONDS", 10, minimum=1)
+AGP_RECOVER_OPERATIONS_SECONDS = env_int("AGP_RECOVER_OPERATIONS_SECONDS", 15, minimum=1)
+# "expires": a tick no worker picked up in time is dropped, not piled up behind the next.
+CELERY_BEAT_SCHEDULE["agp.outbox_sweep"] = {
+    "task": "agp.outbox_sweep", "schedule": AGP_OUTBOX_SWEEP_SECONDS,
+    "options": {"expires": AGP_OUTBOX_SWEEP_SECONDS},
+}
+CELERY_BEAT_SCHEDULE["agp.recover_operations"] = {
+    "task": "agp.recover_operations", "schedule": AGP_RECOVER_OPERATIONS_SECONDS,
+    "options": {"expires": AGP_RECOVER_OPERATIONS_SECONDS},
+}
+
 # --- REST framework -------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

@@ -1,0 +1,185 @@
+"""Outbound HTTP with a guard against server-side request forgery (CONTRACT C8).
+
+Every URL the service calls on someone's behalf (an ``http`` skill's endpoint, a
+callback URL) goes through ``http_post``:
+
+1. ``url_guard`` refuses anything but ``http``/``https`` with a host, resolves the host
+   and refuses it when ANY of its addresses is not a public unicast address (private,
+   loopback, link-local, multicast, reserved, unspecified, shared/CGNAT, IPv4-mapped
+   forms of those...).
+2. The connection itself checks the address it actually connected to, so a DNS answer
+   that changes between the check and the connect (DNS rebinding) is still refused
+   before a single byte of the request is sent.
+3. Redirects are never followed and proxies from the environment are ignored (a proxy
+   would hide the real target from the check).
+
+``settings.AGP_ALLOW_PRIVATE_URLS`` turns the address checks off (local development, tests
+with a receiver on 127.0.0.1); the scheme check stays.
+"""
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import requests
+from django.conf import settings
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from agp_project import errors
+
+ALLOWED_SCHEMES = ("http", "https")
+MAX_RESPONSE_BYTES = 1024 * 1024
+USER_AGENT = "agp-executor/1"
+
+
+class UnsafeURL(errors.InvalidRequest):
+    """An outbound URL the service refuses to call; ``reason`` says why."""
+
+    def __init__(self, reason: str, *, field: str = "url"):
+        super().__init__(f"Refused outbound URL: {reason}", details={"fields": {field: [reason]}})
+        self.reason = reason
+
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def address_refusal(address: IPAddress) -> str | None:
+    """Why ``address`` may not be called (None: it is a public unicast address)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        # ::ffff:10.0.0.1 and friends reach the IPv4 address they embed.
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is not None:
+            refusal = address_refusal(embedded)
+            if refusal:
+                return refusal
+    for attribute, label in (("is_loopback", "loopback"), ("is_link_local", "link-local"),
+                             ("is_multicast", "multicast"), ("is_unspecified", "unspecified"),
+                             ("is_private", "private"), ("is_reserved", "reserved")):
+        if getattr(address, attribute):
+            return f"{address} is a {label} address"
+    if not address.is_global:
+        # Shared address space (100.64.0.0/10), documentation and benchmark ranges, ...
+        return f"{address} is not a public address"
+    return None
+
+
+def _resolve(host: str, port: int) -> list[IPAddress]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UnsafeURL(f"the host {host!r} does not resolve ({exc})") from None
+    return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+
+
+@dataclass(frozen=True)
+class GuardedURL:
+    url: str
+    host: str
+    port: int
+    addresses: tuple[IPAddress, ...]
+
+
+def url_guard(url: str, *, field: str = "url") -> GuardedURL:
+    """Check ``url`` for an outbound call; raise ``UnsafeURL`` (a 400 in a view) when refused."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UnsafeURL(f"malformed URL ({exc})", field=field) from None
+    if parts.scheme not in ALLOWED_SCHEMES:
+        raise UnsafeURL("only http and https URLs may be called", field=field)
+    host = parts.hostname
+    if not host:
+        raise UnsafeURL("the URL has no host", field=field)
+    port = port or (443 if parts.scheme == "https" else 80)
+    if settings.AGP_ALLOW_PRIVATE_URLS:
+        return GuardedURL(url, host, port, ())
+    try:
+        addresses = _resolve(host, port)
+    except UnsafeURL as exc:
+        raise UnsafeURL(exc.reason, field=field) from None
+    for address in addresses:
+        refusal = address_refusal(address)
+        if refusal:
+            raise UnsafeURL(f"{host} resolves to {refusal}", field=field)
+    return GuardedURL(url, host, port, tuple(addresses))
+
+
+class _PeerCheck:
+    """Refuse the socket when the address actually connected to is not allowed."""
+
+    def _new_conn(self):
+        sock = super()._new_conn()
+        if not settings.AGP_ALLOW_PRIVATE_URLS:
+            peer = ipaddress.ip_address(sock.getpeername()[0].split("%", 1)[0])
+            refusal = address_refusal(peer)
+            if refusal:
+                sock.close()
+                raise UnsafeURL(f"{self.host} connected to {refusal}")
+        return sock
+
+
+class _GuardedHTTPConnection(_PeerCheck, HTTPConnection):
+    pass
+
+
+class _GuardedHTTPSConnection(_PeerCheck, HTTPSConnection):
+    pass
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+class _GuardedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
+
+
+def guarded_session() -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False  # no proxies from the environment: the guard must see the real target
+    adapter = _GuardedAdapter(max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+@dataclass(frozen=True)
+class HTTPResult:
+    status_code: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status_code < 300
+
+
+def http_post(*, url: str, body: bytes, headers: dict[str, str], timeout: float,
+              max_bytes: int = MAX_RESPONSE_BYTES, field: str = "url") -> HTTPResult:
+    """POST ``body`` to a guarded ``url``; no redirects, at most ``max_bytes`` of response read.
+
+    Raises ``UnsafeURL`` when refused and ``requests.RequestException`` (or ``OSError``) when
+    the target cannot be reached or times out.
+    """
+    url_guard(url, field=field)
+    all_headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers}
+    with guarded_session() as session:
+        response = session.post(url, data=body, headers=all_headers, timeout=timeout, allow_redirects=False,
+                                stream=True)
+        try:
+            content = response.raw.read(max_bytes + 1, decode_content=True) or b""
+        finally:
+            response.close()
+    if len(content) > max_bytes:
+        content = content[:max_bytes]
+    return HTTPResult(response.status_code, dict(response.headers), content)

@@ -1,0 +1,333 @@
+"""The execution service (CONTRACT C8): claim, re-check, execute, record, exactly once in effect.
+
+One operation runs like this (``operation_execute``, called by the ``agp.execute_operation``
+task with nothing but the operation id):
+
+1. **Claim** (one transaction, the operation row locked): a ``pending`` operation moves to
+   ``running``; a ``running`` one whose lease has expired (its worker died) is taken over.
+   Anything else (terminal, or running under a live lease, or waiting for an external
+   receipt) is left alone, so a redelivered or duplicated message does nothing. Every
+   prerequisite is re-checked here, at execution time: if one no longer holds the
+   operation fails with the C2 ``AGP_PREREQUISITE_FAILED`` body, the budget is released,
+   and nothing executes.
+2. **Execute** outside any transaction, while a heartbeat thread renews the lease. Each
+   claim increments ``attempts``; that number is the fencing token of the claim.
+3. **Finish** (one transaction): only if the operation is still ``running`` under the same
+   fencing token, write everything at once: the operation's terminal state, the payment
+   commit or release, the signed receipt, the envelope's status, the ledger events and the
+   callback's outbox message. A kill at any point leaves all of it or none of it; a worker
+   whose lease was taken over finds the token changed and writes nothing.
+
+The connector call is the only step that may happen twice (a worker killed after calling
+the tool but before step 3): ``noop`` is harmless and ``http`` sends the operation id as
+``Idempotency-Key`` so the tool can recognise the repeat.
+"""
+
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from agp_project import errors
+from agp_project.canonical import content_hash
+from agp_project.ids import new_id
+from agp_project.signing import sign_resource
+from core.ledger import ledger_append
+from registry.models import Skill
+
+from .budgets import payment_commit, payment_release
+from .checks import envelope_recheck
+from .choices import OPERATION_TERMINAL, EnvelopeStatus, OperationStatus, ReceiptStatus
+from .connectors import Call, ExecutionFailed, connector_for
+from .models import ActionEnvelope, Operation, Receipt
+from .outbox import outbox_enqueue
+from .serializers_envelopes import envelope_document
+from .serializers_operations import ReceiptSerializer
+
+logger = logging.getLogger(__name__)
+
+WORKER_ACTOR = "agp-worker"
+# Resource types as the rest of the execution ledger names them (execution/services.py).
+OPERATION_RESOURCE = "Operation"
+EXECUTE_TASK = "agp.execute_operation"
+CALLBACK_TASK = "agp.deliver_callback"
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.AGP_OPERATION_LEASE_SECONDS)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's hold on a running operation; ``fence`` is ``Operation.attempts`` at claim time."""
+
+    operation_id: str
+    action_id: str
+    fence: int
+    connector: str
+    call: Call
+
+
+def _recheck(envelope: ActionEnvelope):
+    return envelope_recheck(envelope=envelope)
+
+
+def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, failed_checks: list[dict],
+                        executor: str, now: datetime) -> None:
+    """Inside the claim transaction: the re-check failed, so nothing executes."""
+    err = errors.PrerequisiteFailed(
+        "A governance prerequisite no longer holds at execution time; nothing was executed.",
+        details={"failed_checks": failed_checks})
+    operation.fail()
+    operation.error = err.as_body()["error"]
+    operation.completed_at = operation.updated_at = now
+    operation.lease_expires_at = None
+    operation.executor = executor
+    operation.save()
+    payment_release(action_id=envelope.action_id, actor=WORKER_ACTOR)
+    ActionEnvelope.objects.filter(pk=envelope.pk).update(status=EnvelopeStatus.FAILED)
+    ledger_append(event_type="operation.failed", resource_type=OPERATION_RESOURCE, resource_id=operation.operation_id,
+                  actor=WORKER_ACTOR, payload={"action_id": envelope.action_id, "stage": "execution_recheck",
+                                               "error_code": err.code, "failed_checks": failed_checks,
+                                               "executor": executor})
+    _enqueue_callback(operation)
+
+
+def _enqueue_callback(operation: Operation) -> None:
+    if operation.callback_url:
+        outbox_enqueue(task_name=CALLBACK_TASK, args=[operation.operation_id])
+
+
+def operation_claim(*, operation_id: str, executor: str) -> Claim | str:
+    """Claim the operation for ``executor``; a Claim, or a word saying why there is nothing to do."""
+    with transaction.atomic():
+        # The row lock serialises every worker holding a message for this operation (a
+        # redelivery, a recovery nudge, a duplicate publish): one claims, the others see
+        # the claim when the lock is released.
+        operation = Operation.objects.select_for_update().filter(operation_id=operation_id).first()
+        if operation is None:
+            logger.warning("execute: no operation %s", operation_id)
+            return "missing"
+        if operation.status in OPERATION_TERMINAL:
+            return "done"
+        now = timezone.now()
+        takeover = operation.status == OperationStatus.RUNNING
+        if takeover and (operation.lease_expires_at is None or operation.lease_expires_at > now):
+            # A live worker holds it, or it waits for an external executor's receipt.
+            return "busy"
+
+        envelope = ActionEnvelope.objects.get(action_id=operation.envelope_id)
+        report = _recheck(envelope)
+        if not report.passed:
+            _fail_prerequisites(operation=operation, envelope=envelope, failed_checks=report.failed,
+                                executor=executor, now=now)
+            return "failed"
+        skill = Skill.objects.filter(skill_id=report.skill_id).first()
+
+        previous_executor = operation.executor
+        if not takeover:
+            operation.start()
+        operation.attempts += 1
+        operation.executor = executor
+        operation.connector = skill.connector
+        operation.started_at = operation.updated_at = now
+        # external: no lease; the operation waits for POST /agp/receipts, and no
+        # recovery may take it over.
+        external = not connector_for(skill.connector).completes
+        operation.lease_expires_at = None if external else now + _lease()
+        operation.save()
+        payload = {"action_id": envelope.action_id, "attempt": operation.attempts, "executor": executor,
+                   "connector": skill.connector, "skill_id": skill.skill_id}
+        if takeover:
+            payload["previous_executor"] = previous_executor
+        ledger_append(event_type="operation.reclaimed" if takeover else "operation.running",
+                      resource_type=OPERATION_RESOURCE, resource_id=operation_id, actor=WORKER_ACTOR, payload=payload)
+        call = Call(operation_id=operation_id, action_id=envelope.action_id, connector=skill.connector,
+                    endpoint_url=skill.endpoint_url, parameters=dict(envelope.parameters or {}),
+                    envelope=envelope_document(envelope) if skill.connector == "http" else {})
+        return Claim(operation_id=operation_id, action_id=envelope.action_id, fence=operation.attempts,
+                     connector=skill.connector, call=call)
+
+
+@contextmanager
+def lease_kept(*, operation_id: str, fence: int):
+    """Renew the claim's lease every third of its length while the body runs.
+
+    The renewal is conditional on the fencing token, so a worker that lost its claim
+    stops renewing. The thread uses (and closes) its own database connection.
+    """
+    stop = threading.Event()
+    interval = settings.AGP_OPERATION_LEASE_SECONDS / 3
+
+    def renew():
+        try:
+            while not stop.wait(interval):
+                renewed = Operation.objects.filter(
+                    operation_id=operation_id, status=OperationStatus.RUNNING, attempts=fence,
+                ).update(lease_expires_at=timezone.now() + _lease())
+                if renewed != 1:
+                    logger.warning("execute: lost the claim on %s (attempt %s)", operation_id, fence)
+                    return
+        except Exception:  # a database hiccup: the lease may lapse; fencing keeps it safe
+            logger.exception("execute: lease renewal of %s failed", operation_id)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=renew, name=f"lease-{operation_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], started_at: datetime,
+                  completed_at: datetime, executor: str, receipt_id: str | None = None) -> Receipt:
+    """Create the operation's signed receipt (in the caller's transaction)."""
+    receipt = Receipt(receipt_id=receipt_id or new_id("rcpt"), operation_id=operation.operation_id,
+                      action_id=operation.envelope_id, status=status, result=result,
+                      result_hash=content_hash(result), started_at=started_at, completed_at=completed_at,
+                      executor=executor, created_at=completed_at)
+    # Sign exactly what the API shows (the representation without its signature).
+    receipt.signature = sign_resource(ReceiptSerializer(receipt).data)
+    receipt.save()
+    return receipt
+
+
+def operation_finish(*, operation_id: str, fence: int | None, status: str, result: dict[str, Any],
+                     executor: str, error: dict[str, Any] | None = None, actor: str = WORKER_ACTOR,
+                     receipt_id: str | None = None, started_at: datetime | None = None,
+                     completed_at: datetime | None = None) -> Receipt | None:
+    """Record the outcome of a running operation, all in one transaction.
+
+    ``fence``: the claim's token; None for an ``external`` completion (no claim involved).
+    Returns None when the claim was superseded (nothing is written).
+    """
+    with transaction.atomic():
+        operation = Operation.objects.select_for_update().filter(operation_id=operation_id).first()
+        if operation is None or operation.status != OperationStatus.RUNNING or (
+                fence is not None and operation.attempts != fence):
+            logger.warning("execute: claim %s of %s superseded; outcome dropped", fence, operation_id)
+            return None
+        now = timezone.now()
+        succeeded = status == ReceiptStatus.SUCCEEDED
+        envelope = ActionEnvelope.objects.get(action_id=operation.envelope_id)
+        if succeeded:
+            # payment_ref was fixed (and signed) at acceptance; the payment moves under it.
+            payment_commit(action_id=envelope.action_id, actor=actor)
+            operation.succeed()
+            envelope_changes = {"status": EnvelopeStatus.EXECUTED}
+        else:
+            payment_release(action_id=envelope.action_id, actor=actor)
+            operation.fail()
+            operation.error = error
+            envelope_changes = {"status": EnvelopeStatus.FAILED}
+        operation.completed_at = operation.updated_at = now
+        operation.lease_expires_at = None
+        operation.save()
+        ActionEnvelope.objects.filter(pk=envelope.pk).update(**envelope_changes)
+        receipt = receipt_issue(operation=operation, status=status, result=result,
+                                started_at=started_at or operation.started_at or now,
+                                completed_at=completed_at or now, executor=executor, receipt_id=receipt_id)
+        ledger_append(event_type=f"operation.{operation.status}", resource_type=OPERATION_RESOURCE,
+                      resource_id=operation_id, actor=actor,
+                      payload={"action_id": envelope.action_id, "receipt_id": receipt.receipt_id,
+                               "executor": executor, "error_code": (error or {}).get("code")})
+        ledger_append(event_type="receipt.issued", resource_type="Receipt", resource_id=receipt.receipt_id,
+                      actor=actor, payload={"action_id": envelope.action_id, "operation_id": operation_id,
+                                            "status": status, "result_hash": receipt.result_hash})
+        _enqueue_callback(operation)
+        return receipt
+
+
+def operation_execute(*, operation_id: str, executor: str) -> str:
+    """Run one operation to its end (or to waiting for an external receipt); returns what happened."""
+    claim = operation_claim(operation_id=operation_id, executor=executor)
+    if isinstance(claim, str):
+        return claim
+    connector = connector_for(claim.connector)
+    if not connector.completes:
+        return "awaiting_receipt"
+    error = None
+    try:
+        with lease_kept(operation_id=operation_id, fence=claim.fence):
+            result = connector.execute(claim.call)
+    except ExecutionFailed as exc:
+        error = exc.as_body()["error"]
+    except Exception as exc:  # a connector bug must fail the operation, never leave it hanging
+        logger.exception("execute: connector %s raised on %s", claim.connector, operation_id)
+        error = ExecutionFailed("The connector raised an unexpected error.",
+                                details={"connector": claim.connector, "reason": type(exc).__name__}).as_body()["error"]
+    if error is not None:
+        receipt = operation_finish(operation_id=operation_id, fence=claim.fence, status=ReceiptStatus.FAILED,
+                                   result={"error": error}, error=error, executor=executor)
+        return "failed" if receipt else "superseded"
+    receipt = operation_finish(operation_id=operation_id, fence=claim.fence, status=ReceiptStatus.SUCCEEDED,
+                               result=result, executor=executor)
+    return "succeeded" if receipt else "superseded"
+
+
+def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str, result: dict | None = None,
+                   executor: str | None = None, receipt_id: str | None = None,
+                   started_at: datetime | None = None, completed_at: datetime | None = None) -> Receipt:
+    """``POST /agp/receipts``: an external executor reports the outcome of its operation."""
+    operation = Operation.objects.filter(operation_id=operation_id).first()
+    if operation is None:
+        raise errors.invalid_fields({"operation_id": [f"No operation {operation_id!r}."]})
+    if operation.envelope_id != action_id:
+        raise errors.invalid_fields({"action_id": [f"Operation {operation_id!r} belongs to another action."]})
+    if receipt_id and Receipt.objects.filter(receipt_id=receipt_id).exists():
+        raise errors.Conflict(f"A receipt with receipt_id {receipt_id!r} exists.")
+    if operation.status != OperationStatus.RUNNING or operation.connector != "external":
+        raise errors.InvalidTransition(
+            from_state=operation.status, to_state=status, allowed=[],
+            message=(f"Operation {operation_id!r} is {operation.status} and does not wait for an external "
+                     f"executor's receipt."))
+    result = result or {}
+    error = None
+    if status == ReceiptStatus.FAILED:
+        error = ExecutionFailed("The external executor reported a failure.",
+                                details={"connector": "external", "result": result}).as_body()["error"]
+    receipt = operation_finish(operation_id=operation_id, fence=None, status=status, result=result, error=error,
+                               executor=executor or actor, actor=actor, receipt_id=receipt_id,
+                               started_at=started_at, completed_at=completed_at)
+    if receipt is None:  # another receipt won the race for this operation
+        raise errors.InvalidTransition(from_state=OperationStatus.SUCCEEDED, to_state=status, allowed=[],
+                                       message=f"Operation {operation_id!r} has already ended.")
+    return receipt
+
+
+def operations_recover(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Re-enqueue operations no message is moving (defence in depth behind the outbox).
+
+    - ``pending`` for longer than ``AGP_RECOVER_PENDING_AFTER_SECONDS`` (a lost message);
+    - ``running`` with an expired lease (its worker died; with the filesystem broker, or
+      before the broker's visibility timeout redelivers the message).
+
+    ``updated_at`` records the nudge, so an operation is re-enqueued at most once per period.
+    """
+    now = now or timezone.now()
+    pending_cutoff = now - timedelta(seconds=settings.AGP_RECOVER_PENDING_AFTER_SECONDS)
+    running_cutoff = now - _lease()
+    stalled = list(Operation.objects.filter(
+        Q(status=OperationStatus.PENDING, updated_at__lt=pending_cutoff)
+        | Q(status=OperationStatus.RUNNING, lease_expires_at__lt=now, updated_at__lt=running_cutoff),
+    ).order_by("updated_at").values_list("pk", "operation_id", "updated_at")[:limit])
+    count = 0
+    for pk, operation_id, updated_at in stalled:
+        with transaction.atomic():
+            # Conditional on the updated_at just read: two sweeps never both nudge.
+            if Operation.objects.filter(pk=pk, updated_at=updated_at).update(updated_at=now) != 1:
+                continue
+            outbox_enqueue(task_name=EXECUTE_TASK, args=[operation_id])
+        logger.info("recover: re-enqueued operation %s", operation_id)
+        count += 1
+    return count

@@ -1,0 +1,78 @@
+"""Celery tasks of the execution API: stable names, JSON arguments (ids), idempotent bodies.
+
+Every task is late-acknowledged (settings: ``CELERY_TASK_ACKS_LATE``,
+``CELERY_TASK_REJECT_ON_WORKER_LOST``): a worker that dies mid-task leaves its message to
+be delivered again, and the body, which claims its row with a guarded state move, makes
+the repeat harmless. Expected domain errors are logged, never retried; a database that is
+briefly away is retried with backoff.
+"""
+
+import logging
+import os
+import socket
+
+from celery import shared_task
+from celery.signals import worker_ready
+from django.db import InterfaceError, OperationalError
+
+from agp_project.errors import AGPError
+
+from .callbacks import callback_deliver
+from .outbox import outbox_sweep as _outbox_sweep
+from .runner import operation_execute, operations_recover
+
+logger = logging.getLogger(__name__)
+
+TRANSIENT = (OperationalError, InterfaceError)
+
+
+def executor_name(hostname: str | None) -> str:
+    """Who executed: the worker's node name and the process, as receipts record it."""
+    return f"{hostname or socket.gethostname()}/pid-{os.getpid()}"
+
+
+@shared_task(name="agp.execute_operation", bind=True, autoretry_for=TRANSIENT, retry_backoff=True,
+             retry_backoff_max=60, max_retries=8)
+def execute_operation(self, operation_id: str) -> str:
+    """Claim, re-check and execute one operation (execution/runner.py)."""
+    try:
+        return operation_execute(operation_id=operation_id, executor=executor_name(self.request.hostname))
+    except AGPError as exc:
+        logger.warning("execute_operation %s: %s %s", operation_id, exc.code, exc.message)
+        return "error"
+
+
+@shared_task(name="agp.deliver_callback", bind=True, autoretry_for=TRANSIENT, retry_backoff=True,
+             retry_backoff_max=60, max_retries=None)
+def deliver_callback(self, operation_id: str) -> str:
+    """One delivery attempt of an ended operation's callback; schedules the next on failure."""
+    outcome = callback_deliver(operation_id=operation_id)
+    if outcome.retry_in is not None:
+        # A new message with a countdown: the worker slot is free while the receiver recovers.
+        raise self.retry(countdown=outcome.retry_in, max_retries=None)
+    return outcome.outcome
+
+
+@shared_task(name="agp.outbox_sweep")
+def outbox_sweep() -> int:
+    """Publish outbox messages a crash between commit and publish left behind."""
+    return _outbox_sweep()
+
+
+@shared_task(name="agp.recover_operations")
+def recover_operations() -> int:
+    """Re-enqueue pending operations whose message was lost and running ones whose worker died."""
+    return operations_recover()
+
+
+@worker_ready.connect
+def _sweep_on_start(sender=None, **kwargs):
+    # A worker that starts after a crash need not wait for beat's next tick.
+    app = sender.app if sender is not None else None
+    if app is None:
+        return
+    for name in ("agp.outbox_sweep", "agp.recover_operations"):
+        try:
+            app.send_task(name)
+        except Exception as exc:  # the broker is away: beat will run them later
+            logger.warning("worker start: could not send %s: %s", name, exc)
