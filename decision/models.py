@@ -69,6 +69,14 @@ class Decision(ConcurrentTransitionMixin, models.Model):
     finalised_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
 
+    @property
+    def context_ref(self) -> str | None:
+        return self.context_id
+
+    @property
+    def policy_evaluation_ref(self) -> str | None:
+        return self.policy_evaluation_id
+
     @transition(field=status, source=DecisionStatus.DRAFT, target=DecisionStatus.FINALISED)
     def finalise(self):
         """draft -> finalised; a finalised decision is immutable."""
@@ -91,6 +99,10 @@ class ImpactAssessment(models.Model):
     signature = models.JSONField(default=dict)
     created_at = models.DateTimeField()
 
+    @property
+    def decision_ref(self) -> str:
+        return self.decision_id
+
 
 class Approval(models.Model):
     """An approver's verdict on a decision; immutable once written."""
@@ -104,6 +116,10 @@ class Approval(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     signature = models.JSONField(default=dict)
     created_at = models.DateTimeField()
+
+    @property
+    def decision_ref(self) -> str:
+        return self.decision_id
 
 
 class Escalation(ConcurrentTransitionMixin, models.Model):
@@ -121,6 +137,10 @@ class Escalation(ConcurrentTransitionMixin, models.Model):
     resolution_notes = models.TextField(blank=True, default="")
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
+
+    @property
+    def decision_ref(self) -> str | None:
+        return self.decision_id
 
     @transition(field=status, source=EscalationStatus.OPEN, target=EscalationStatus.RESOLVED)
     def resolve(self):

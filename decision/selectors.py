@@ -1,0 +1,130 @@
+"""Reads of the Decision API, including the checks other apps run before acting.
+
+The execution app's fail-closed checks (CONTRACT C8, checks 4-8) call the functions
+here; each takes model instances or plain ids, so callers need not load rows first.
+"""
+
+from datetime import datetime
+
+from django.db.models import Q, QuerySet
+
+from registry.choices import ActionClass, RiskLevel
+from registry.models import Task
+
+from .choices import ApprovalVerdict, EscalationOutcome, EscalationStatus
+from .models import (
+    Approval,
+    CommerceSession,
+    Context,
+    Decision,
+    Escalation,
+    EvidenceBundle,
+    ImpactAssessment,
+    PolicyEvaluation,
+)
+
+# Spec rule 5 / CONTRACT C7: where an impact assessment must precede finalising.
+RULE5_RISK_LEVELS = frozenset({RiskLevel.HIGH, RiskLevel.CRITICAL})
+RULE5_ACTION_CLASSES = frozenset({ActionClass.TRANSACT, ActionClass.DELETE, ActionClass.ADMIN})
+
+
+def _id(value, attr: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return getattr(value, attr)
+
+
+# --- rule 5 and impact assessments -------------------------------------------------------
+def impact_assessment_required(*, task: Task) -> bool:
+    """True when rule 5 applies: risk high or critical, action class transact, delete or admin."""
+    return task.risk_level in RULE5_RISK_LEVELS and task.action_class in RULE5_ACTION_CLASSES
+
+
+def impact_assessment_newest(*, task: Task | str, decision: Decision | str) -> ImpactAssessment | None:
+    """The newest assessment (by ``assessed_at``, then by creation) of ``decision`` for ``task``."""
+    return (ImpactAssessment.objects
+            .filter(task_id=_id(task, "task_id"), decision_id=_id(decision, "decision_id"))
+            .order_by("-assessed_at", "-pk").first())
+
+
+# --- approvals -----------------------------------------------------------------------------
+def approval_valid_for(*, decision: Decision | str, now: datetime) -> Approval | None:
+    """The newest approved, unexpired approval of ``decision``; None if there is none.
+
+    An unexpired *rejection* of the same decision vetoes every approval: with one approver
+    saying no, the careful answer is no (docs/decisions/decision-api.md).
+    """
+    unexpired = Approval.objects.filter(decision_id=_id(decision, "decision_id")).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    rows = list(unexpired.order_by("-pk").values_list("pk", "verdict"))
+    if not rows or any(verdict == ApprovalVerdict.REJECTED for _, verdict in rows):
+        return None
+    return Approval.objects.get(pk=rows[0][0])
+
+
+# --- escalations ---------------------------------------------------------------------------
+def escalations_blocking(*, task_id: str | None = None, decision_id: str | None = None,
+                         action_id: str | None = None) -> QuerySet[Escalation]:
+    """Escalations on the task, decision or action that still stand: open, or resolved upheld.
+
+    ``dismissed`` and ``partially_upheld`` resolutions do not block (CONTRACT C8 check 8).
+    """
+    target = Q()
+    if task_id:
+        target |= Q(task_id=task_id)
+    if decision_id:
+        target |= Q(decision_id=decision_id)
+    if action_id:
+        target |= Q(action_id=action_id)
+    if not target:
+        return Escalation.objects.none()
+    standing = Q(status=EscalationStatus.OPEN) | Q(status=EscalationStatus.RESOLVED,
+                                                   outcome=EscalationOutcome.UPHELD)
+    return Escalation.objects.filter(target).filter(standing).order_by("pk")
+
+
+def escalation_blocking(*, task_id: str | None = None, decision_id: str | None = None,
+                        action_id: str | None = None) -> bool:
+    """True when an open or upheld escalation names the task, the decision or the action."""
+    return escalations_blocking(task_id=task_id, decision_id=decision_id, action_id=action_id).exists()
+
+
+# --- plain reads -----------------------------------------------------------------------------
+def context_list() -> QuerySet[Context]:
+    return Context.objects.all()
+
+
+def evidence_bundle_list() -> QuerySet[EvidenceBundle]:
+    return EvidenceBundle.objects.all()
+
+
+def policy_evaluation_list() -> QuerySet[PolicyEvaluation]:
+    return PolicyEvaluation.objects.all()
+
+
+def policy_evaluation_get(*, evaluation_id: str) -> PolicyEvaluation | None:
+    return PolicyEvaluation.objects.select_related("policy_set").filter(evaluation_id=evaluation_id).first()
+
+
+def decision_list() -> QuerySet[Decision]:
+    return Decision.objects.all()
+
+
+def decision_get(*, decision_id: str) -> Decision | None:
+    return Decision.objects.select_related("task").filter(decision_id=decision_id).first()
+
+
+def impact_assessment_list() -> QuerySet[ImpactAssessment]:
+    return ImpactAssessment.objects.all()
+
+
+def approval_list() -> QuerySet[Approval]:
+    return Approval.objects.all()
+
+
+def escalation_list() -> QuerySet[Escalation]:
+    return Escalation.objects.all()
+
+
+def commerce_session_list() -> QuerySet[CommerceSession]:
+    return CommerceSession.objects.all()

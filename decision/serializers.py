@@ -1,0 +1,282 @@
+"""Strict request parsing and rendering of the Decision API resources (CONTRACT C1, C7, C11).
+
+One serializer per resource serves request and response; server-set fields are
+``read_only`` (sending them is a 400). PATCH bodies have their own small serializers.
+"""
+
+from decimal import Decimal
+
+from rest_framework import serializers
+
+from agp_project.http.serializers import IdField, StrictSerializer
+
+from .choices import (
+    ApprovalVerdict,
+    DecisionOutcome,
+    DecisionStatus,
+    EscalationOutcome,
+    EscalationStatus,
+    EthicalFramework,
+    Horizon,
+    ImpactDirection,
+    Recommendation,
+    Severity,
+)
+
+TEXT_MAX = 20000
+AGENT_MAX = 128
+
+
+class BlankAsNullMixin:
+    """Render the model's empty-string "unset" as JSON null."""
+
+    def to_representation(self, value):
+        if value in ("", None):
+            return None
+        return super().to_representation(value)
+
+
+class BlankAsNullIdField(BlankAsNullMixin, IdField):
+    pass
+
+
+class BlankAsNullCharField(BlankAsNullMixin, serializers.CharField):
+    pass
+
+
+class SignatureSerializer(serializers.Serializer):
+    """The C9 Signature object."""
+
+    alg = serializers.CharField()
+    kid = serializers.CharField()
+    issuer = serializers.CharField()
+    issued_at = serializers.CharField()
+    payload_hash = serializers.CharField()
+    value = serializers.CharField()
+
+    def to_representation(self, instance):
+        # Not signed yet (or a row written without one): null, never a half object.
+        if not instance:
+            return None
+        return super().to_representation(instance)
+
+
+# --- contexts and evidence ---------------------------------------------------------------
+class ContextSerializer(StrictSerializer):
+    type_name = "Context"
+
+    context_id = IdField(required=False)
+    task_id = IdField()
+    agent_id = serializers.CharField(max_length=AGENT_MAX, required=False, allow_blank=True)
+    data = serializers.DictField()
+    content_hash = serializers.CharField(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+
+class EvidenceItemSerializer(StrictSerializer):
+    uri = serializers.RegexField(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$", max_length=2048, error_messages={
+        "invalid": "Must be an absolute URI (scheme:...)."})
+    sha256 = serializers.RegexField(r"^(sha256:)?[0-9a-f]{64}$", error_messages={
+        "invalid": "Must be 64 lowercase hex digits, optionally prefixed 'sha256:'."})
+    kind = serializers.CharField(max_length=64)
+
+
+class EvidenceBundleSerializer(StrictSerializer):
+    type_name = "EvidenceBundle"
+
+    bundle_id = IdField(required=False)
+    task_id = IdField()
+    items = EvidenceItemSerializer(many=True, allow_empty=False, max_length=1000)
+    bundle_hash = serializers.CharField(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+
+# --- policy evaluations --------------------------------------------------------------------
+class PolicyResultSerializer(serializers.Serializer):
+    allow = serializers.BooleanField()
+    require_approval = serializers.BooleanField()
+    reasons = serializers.ListField(child=serializers.CharField())
+
+
+class PolicyEvaluationSerializer(StrictSerializer):
+    type_name = "PolicyEvaluation"
+
+    evaluation_id = IdField(required=False)
+    policy_set_id = IdField()
+    task_id = IdField()
+    agent_id = serializers.CharField(max_length=AGENT_MAX)
+    input = serializers.DictField(required=False, default=dict, help_text="The Rego `input` document.")
+    result = PolicyResultSerializer(read_only=True)
+    input_hash = serializers.CharField(read_only=True)
+    ruleset_hash = serializers.CharField(read_only=True)
+    warnings = serializers.ListField(child=serializers.CharField(), read_only=True)
+    evaluated_at = serializers.DateTimeField(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+
+# --- decisions -------------------------------------------------------------------------------
+class DecisionSerializer(StrictSerializer):
+    type_name = "Decision"
+
+    decision_id = IdField(required=False)
+    task_id = IdField()
+    agent_id = serializers.CharField(max_length=AGENT_MAX)
+    outcome = serializers.ChoiceField(choices=DecisionOutcome.choices)
+    rationale = serializers.CharField(max_length=TEXT_MAX, required=False, allow_blank=True, default="")
+    context_ref = IdField(required=False, allow_null=True, default=None)
+    evidence_refs = serializers.ListField(child=IdField(), required=False, default=list, max_length=200)
+    policy_evaluation_ref = IdField(required=False, allow_null=True, default=None)
+    status = serializers.ChoiceField(
+        choices=[(DecisionStatus.DRAFT, DecisionStatus.DRAFT)], required=False, default=DecisionStatus.DRAFT,
+        error_messages={"invalid_choice": "Decisions are created as 'draft'; finalise with PATCH."},
+        help_text="Create: `draft` only. `PATCH /agp/decisions/{id}` with `finalised` finalises it.")
+    finalised_at = serializers.DateTimeField(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+    def validate_evidence_refs(self, value):
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError("Each evidence bundle may be cited once.")
+        return value
+
+
+class DecisionStatusSerializer(StrictSerializer):
+    """``PATCH /agp/decisions/{id}``: only ``{"status": "finalised"}`` moves anything."""
+
+    type_name = "Decision"
+
+    status = serializers.ChoiceField(choices=DecisionStatus.choices)
+
+
+# --- impact assessments ----------------------------------------------------------------------
+class TimeHorizonSerializer(StrictSerializer):
+    horizon = serializers.ChoiceField(choices=Horizon.choices)
+    consequences = serializers.ListField(child=serializers.CharField(max_length=TEXT_MAX), required=False,
+                                         default=list, max_length=200)
+    severity = serializers.ChoiceField(choices=Severity.choices)
+    # Unknown reversibility is treated as irreversible: the careful default.
+    reversible = serializers.BooleanField(required=False, default=False)
+
+
+class StakeholderSerializer(StrictSerializer):
+    stakeholder_class = serializers.CharField(max_length=256)
+    impact_direction = serializers.ChoiceField(choices=ImpactDirection.choices)
+    magnitude = serializers.ChoiceField(choices=Severity.choices)
+    notes = serializers.CharField(max_length=TEXT_MAX, required=False, allow_blank=True, default="")
+
+
+class ParetoAssessmentSerializer(StrictSerializer):
+    improves_without_harm = serializers.BooleanField(required=False, default=False)
+    harmed_parties = serializers.ListField(child=serializers.CharField(max_length=256), required=False,
+                                           default=list, max_length=200)
+    mitigation_available = serializers.BooleanField(required=False, default=False)
+    mitigation_notes = serializers.CharField(max_length=TEXT_MAX, required=False, allow_blank=True, default="")
+
+
+class EthicalFrameworkSerializer(StrictSerializer):
+    primary = serializers.ChoiceField(choices=EthicalFramework.choices, required=False,
+                                      default=EthicalFramework.VEIL_OF_IGNORANCE)
+    secondary = serializers.ListField(child=serializers.ChoiceField(choices=EthicalFramework.choices),
+                                      required=False, default=list, max_length=len(EthicalFramework.choices))
+    prohibitions = serializers.ListField(child=serializers.CharField(max_length=TEXT_MAX), required=False,
+                                         default=list, max_length=200)
+    # No serializer default: omitted, the service fills in the decision's policy set.
+    policy_ref = serializers.CharField(max_length=256, required=False, allow_blank=True)
+
+
+class ImpactAssessmentSerializer(StrictSerializer):
+    type_name = "ImpactAssessment"
+
+    assessment_id = IdField(required=False)
+    task_id = IdField()
+    decision_ref = IdField()
+    agent_id = serializers.CharField(max_length=AGENT_MAX)
+    time_horizons = TimeHorizonSerializer(many=True, allow_empty=False, max_length=50)
+    stakeholders_affected = StakeholderSerializer(many=True, required=False, max_length=200)
+    pareto_assessment = ParetoAssessmentSerializer(required=False)
+    ethical_framework_applied = EthicalFrameworkSerializer(required=False)
+    recommendation = serializers.ChoiceField(choices=Recommendation.choices)
+    recommendation_rationale = serializers.CharField(max_length=TEXT_MAX, required=False, allow_blank=True)
+    assessed_at = serializers.DateTimeField(required=False)
+    signature = SignatureSerializer(read_only=True)
+
+
+# --- approvals -------------------------------------------------------------------------------
+class ApprovalSerializer(StrictSerializer):
+    type_name = "Approval"
+
+    approval_id = IdField(required=False)
+    decision_ref = IdField()
+    approver = serializers.CharField(max_length=128)
+    verdict = serializers.ChoiceField(choices=ApprovalVerdict.choices)
+    conditions = serializers.ListField(child=serializers.CharField(max_length=TEXT_MAX), required=False,
+                                       default=list, max_length=200)
+    expires_at = serializers.DateTimeField(help_text="Required: an approval always expires.")
+    signature = SignatureSerializer(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+
+# --- escalations -----------------------------------------------------------------------------
+class EscalationSerializer(StrictSerializer):
+    type_name = "Escalation"
+
+    escalation_id = IdField(required=False)
+    task_id = BlankAsNullIdField(required=False, allow_null=True, default=None)
+    decision_ref = BlankAsNullIdField(required=False, allow_null=True, default=None)
+    action_id = BlankAsNullIdField(required=False, allow_null=True, default=None)
+    raised_by = serializers.CharField(max_length=128)
+    reason = serializers.CharField(max_length=TEXT_MAX)
+    status = serializers.CharField(read_only=True)
+    outcome = BlankAsNullCharField(read_only=True)
+    resolved_by = BlankAsNullCharField(read_only=True)
+    resolution_notes = BlankAsNullCharField(read_only=True)
+    resolved_at = serializers.DateTimeField(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+    def validate(self, attrs):
+        if not (attrs.get("task_id") or attrs.get("decision_ref") or attrs.get("action_id")):
+            raise serializers.ValidationError(
+                {"task_id": ["An escalation names at least one of task_id, decision_ref, action_id."]})
+        return attrs
+
+
+class EscalationResolveSerializer(StrictSerializer):
+    """``PATCH /agp/escalations/{id}``: ``{"status": "resolved", "outcome", "resolved_by", "resolution_notes"}``."""
+
+    type_name = "Escalation"
+
+    status = serializers.ChoiceField(choices=EscalationStatus.choices)
+    outcome = serializers.ChoiceField(choices=EscalationOutcome.choices, required=False)
+    resolved_by = serializers.CharField(max_length=128, required=False)
+    resolution_notes = serializers.CharField(max_length=TEXT_MAX, required=False, allow_blank=True, default="")
+
+    def validate(self, attrs):
+        if attrs["status"] == EscalationStatus.RESOLVED:
+            missing = {name: ["Required to resolve an escalation."]
+                       for name in ("outcome", "resolved_by") if not attrs.get(name)}
+            if missing:
+                raise serializers.ValidationError(missing)
+        return attrs
+
+
+# --- commerce sessions -----------------------------------------------------------------------
+class CommerceSessionSerializer(StrictSerializer):
+    type_name = "CommerceSession"
+
+    session_id = IdField(required=False)
+    task_id = IdField()
+    agent_id = serializers.CharField(max_length=AGENT_MAX)
+    delegation_id = IdField()
+    merchant = serializers.CharField(max_length=256, required=False, allow_blank=True, default="")
+    currency = serializers.RegexField(r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code."})
+    amount_limit = serializers.DecimalField(max_digits=18, decimal_places=4, min_value=Decimal("0.0001"))
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    spent_amount = serializers.DecimalField(max_digits=18, decimal_places=4, read_only=True)
+    reserved_amount = serializers.DecimalField(max_digits=18, decimal_places=4, read_only=True)
+    status = serializers.CharField(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+
+def render_for_signature(serializer_class, instance) -> dict:
+    """The representation a signature covers: the rendered resource without ``signature``."""
+    data = serializer_class(instance).data
+    return {name: value for name, value in data.items() if name != "signature"}

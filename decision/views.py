@@ -1,0 +1,146 @@
+"""The Decision API: thin viewsets that parse, call one service, render (CONTRACT C7)."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+
+from agp_project.http.viewsets import AGPViewSet, CreateMixin
+
+from . import selectors, services
+from .serializers import (
+    ApprovalSerializer,
+    CommerceSessionSerializer,
+    ContextSerializer,
+    DecisionSerializer,
+    DecisionStatusSerializer,
+    EscalationResolveSerializer,
+    EscalationSerializer,
+    EvidenceBundleSerializer,
+    ImpactAssessmentSerializer,
+    PolicyEvaluationSerializer,
+)
+
+
+class DecisionGroupViewSet(CreateMixin, AGPViewSet):
+    scope_group = "decision"
+
+
+class ContextViewSet(DecisionGroupViewSet):
+    """Task-scoped context records with a server-computed ``content_hash``."""
+
+    queryset = selectors.context_list()
+    serializer_class = ContextSerializer
+    collection = "contexts"
+    lookup_field = "context_id"
+    filter_fields = {"task_id": "task_id", "agent_id": "agent_id"}
+
+    def perform_create(self, validated, actor):
+        return services.context_create(actor=actor, **validated)
+
+
+class EvidenceBundleViewSet(DecisionGroupViewSet):
+    """Task-scoped evidence bundles with a server-computed ``bundle_hash``."""
+
+    queryset = selectors.evidence_bundle_list()
+    serializer_class = EvidenceBundleSerializer
+    collection = "evidence-bundles"
+    lookup_field = "bundle_id"
+    filter_fields = {"task_id": "task_id"}
+
+    def perform_create(self, validated, actor):
+        return services.evidence_bundle_create(actor=actor, **validated)
+
+
+class PolicyEvaluationViewSet(DecisionGroupViewSet):
+    """Rego evaluations of a policy set's ruleset for a task (refused for revoked sets)."""
+
+    queryset = selectors.policy_evaluation_list()
+    serializer_class = PolicyEvaluationSerializer
+    collection = "policy-evaluations"
+    lookup_field = "evaluation_id"
+    filter_fields = {"policy_set_id": "policy_set_id", "task_id": "task_id", "agent_id": "agent_id"}
+    write_scopes = {"create": "agp.policy.write"}
+
+    def perform_create(self, validated, actor):
+        return services.policy_evaluation_create(actor=actor, **validated)
+
+
+class DecisionViewSet(DecisionGroupViewSet):
+    """Decision records: created ``draft``, finalised by PATCH (rule 5 applies)."""
+
+    queryset = selectors.decision_list()
+    serializer_class = DecisionSerializer
+    collection = "decisions"
+    lookup_field = "decision_id"
+    filter_fields = {"task_id": "task_id", "agent_id": "agent_id", "status": "status", "outcome": "outcome",
+                     "context_ref": "context_id", "policy_evaluation_ref": "policy_evaluation_id"}
+
+    def perform_create(self, validated, actor):
+        return services.decision_create(actor=actor, **validated)
+
+    @extend_schema(request=DecisionStatusSerializer, responses=DecisionSerializer)
+    def partial_update(self, request, decision_id=None):
+        validated = self.parse(serializer_class=DecisionStatusSerializer)
+        decision = services.decision_status_set(actor=self.actor, decision_id=decision_id, **validated)
+        return Response(self.render(decision))
+
+
+class ImpactAssessmentViewSet(DecisionGroupViewSet):
+    """Signed consequence assessments that rule 5 requires before finalising."""
+
+    queryset = selectors.impact_assessment_list()
+    serializer_class = ImpactAssessmentSerializer
+    collection = "impact-assessments"
+    lookup_field = "assessment_id"
+    filter_fields = {"task_id": "task_id", "decision_ref": "decision_id", "agent_id": "agent_id",
+                     "recommendation": "recommendation"}
+
+    def perform_create(self, validated, actor):
+        return services.impact_assessment_create(actor=actor, **validated)
+
+
+class ApprovalViewSet(DecisionGroupViewSet):
+    """Immutable, expiring, signed approvals of decisions (``agp.approval.write`` to create)."""
+
+    queryset = selectors.approval_list()
+    serializer_class = ApprovalSerializer
+    collection = "approvals"
+    lookup_field = "approval_id"
+    filter_fields = {"decision_ref": "decision_id", "approver": "approver", "verdict": "verdict"}
+    write_scopes = {"create": "agp.approval.write"}
+
+    def perform_create(self, validated, actor):
+        return services.approval_create(actor=actor, **validated)
+
+
+class EscalationViewSet(DecisionGroupViewSet):
+    """Escalation notices: created ``open``, resolved once by PATCH with an outcome."""
+
+    queryset = selectors.escalation_list()
+    serializer_class = EscalationSerializer
+    collection = "escalations"
+    lookup_field = "escalation_id"
+    filter_fields = {"task_id": "task_id", "decision_ref": "decision_id", "action_id": "action_id",
+                     "status": "status", "outcome": "outcome"}
+
+    def perform_create(self, validated, actor):
+        return services.escalation_create(actor=actor, **validated)
+
+    @extend_schema(request=EscalationResolveSerializer, responses=EscalationSerializer)
+    def partial_update(self, request, escalation_id=None):
+        validated = self.parse(serializer_class=EscalationResolveSerializer)
+        escalation = services.escalation_status_set(actor=self.actor, escalation_id=escalation_id, **validated)
+        return Response(self.render(escalation))
+
+
+class CommerceSessionViewSet(DecisionGroupViewSet):
+    """Spending windows inside a delegation's spend limit; spent and reserved amounts are server-kept."""
+
+    queryset = selectors.commerce_session_list()
+    serializer_class = CommerceSessionSerializer
+    collection = "commerce-sessions"
+    lookup_field = "session_id"
+    filter_fields = {"task_id": "task_id", "agent_id": "agent_id", "delegation_id": "delegation_id",
+                     "status": "status"}
+
+    def perform_create(self, validated, actor):
+        return services.commerce_session_create(actor=actor, **validated)

@@ -1,0 +1,193 @@
+"""POST/GET /agp/policy-evaluations: real Rego evaluation, stored with its hashes."""
+
+import pytest
+from rest_framework.test import APIClient
+
+from agp_project.canonical import content_hash
+from core.models import LedgerEvent
+from decision.models import PolicyEvaluation
+from tests.decision.factories import PAYMENTS, make_policy_set, make_task, ruleset_hash
+
+pytestmark = pytest.mark.django_db
+
+LIMITS = {"auto_approve_max": 100, "hard_max": 1000}
+
+
+def body(policy_set, task, **overrides):
+    data = {"policy_set_id": policy_set.policy_set_id, "task_id": task.task_id, "agent_id": "agent-1",
+            "input": {"action_class": "transact", "amount": 500, "limits": LIMITS, "merchant": "shop"}}
+    data.update(overrides)
+    return data
+
+
+def test_it_evaluates_the_ruleset_and_stores_the_result(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+    request = body(policy_set, task, evaluation_id="pev-1")
+
+    response = api.post("/agp/policy-evaluations", request, format="json")
+
+    assert response.status_code == 201
+    data = response.json()
+    assert response["Location"] == "http://testserver/agp/policy-evaluations/pev-1"
+    assert data["type"] == "PolicyEvaluation"
+    assert data["result"] == {"allow": True, "require_approval": True, "reasons": []}
+    assert data["input_hash"] == content_hash(request["input"])
+    assert data["ruleset_hash"] == ruleset_hash(PAYMENTS)
+    assert data["warnings"] == []
+    assert data["evaluated_at"].endswith("Z")
+    row = PolicyEvaluation.objects.get(evaluation_id="pev-1")
+    assert (row.allowed, row.require_approval, row.input, row.policy_set_id) == (
+        True, True, request["input"], policy_set.policy_set_id)
+    event = LedgerEvent.objects.get(resource_id="pev-1")
+    assert event.event_type == "policy_evaluation.created"
+    assert event.payload["result"] == data["result"]
+    assert event.payload["ruleset_hash"] == ruleset_hash(PAYMENTS)
+
+
+def test_it_records_denial_reasons(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+    request = body(policy_set, task, input={"action_class": "transact", "amount": 2000, "limits": LIMITS,
+                                            "merchant": "evil-corp"})
+
+    response = api.post("/agp/policy-evaluations", request, format="json")
+
+    assert response.status_code == 201
+    assert response.json()["result"] == {"allow": False, "require_approval": True, "reasons": [
+        "amount 2000 exceeds hard maximum 1000", "merchant is blocked"]}
+    assert PolicyEvaluation.objects.get().allowed is False
+
+
+def test_it_records_a_ruleset_that_does_not_compile_as_not_allowed(api):
+    task, policy_set = make_task(), make_policy_set(ruleset="package agp.broken\nallow if {\n")
+
+    response = api.post("/agp/policy-evaluations", body(policy_set, task), format="json")
+
+    assert response.status_code == 201
+    result = response.json()["result"]
+    assert result["allow"] is False
+    assert result["reasons"][0].startswith("policy compile error:")
+    assert PolicyEvaluation.objects.get().allowed is False
+
+
+def test_it_warns_when_the_policy_set_is_deprecated(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS, status="deprecated")
+
+    response = api.post("/agp/policy-evaluations", body(policy_set, task), format="json")
+
+    assert response.status_code == 201
+    assert response.json()["warnings"] == [f"Policy set {policy_set.policy_set_id!r} is deprecated."]
+    assert response.json()["result"]["allow"] is True
+    assert PolicyEvaluation.objects.get().warnings == response.json()["warnings"]
+
+
+def test_it_refuses_a_revoked_policy_set(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS, status="revoked")
+
+    response = api.post("/agp/policy-evaluations", body(policy_set, task), format="json")
+
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "AGP_PREREQUISITE_FAILED"
+    assert error["details"]["failed_checks"] == [
+        {"check": "policy_set_not_revoked", "reason": f"policy set {policy_set.policy_set_id!r} is revoked"}]
+    assert not PolicyEvaluation.objects.exists()
+    assert not LedgerEvent.objects.exists()
+
+
+def test_it_refuses_unknown_policy_sets_and_tasks(api):
+    response = api.post("/agp/policy-evaluations",
+                        {"policy_set_id": "nope", "task_id": "nada", "agent_id": "a", "input": {}}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "AGP_INVALID_REQUEST"
+    assert set(response.json()["error"]["details"]["fields"]) == {"policy_set_id", "task_id"}
+    assert not PolicyEvaluation.objects.exists()
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    ({"result": {"allow": True}}, "result"),
+    ({"ruleset_hash": "sha256:00"}, "ruleset_hash"),
+    ({"allow": True}, "allow"),
+    ({"input": ["not", "an", "object"]}, "input"),
+    ({"type": "Decision"}, "type"),
+])
+def test_it_refuses_read_only_unknown_and_malformed_fields(api, extra, field):
+    task, policy_set = make_task(), make_policy_set()
+
+    response = api.post("/agp/policy-evaluations", body(policy_set, task, **extra), format="json")
+
+    assert response.status_code == 400
+    assert field in response.json()["error"]["details"]["fields"]
+    assert not PolicyEvaluation.objects.exists()
+
+
+def test_it_refuses_an_input_that_cannot_be_canonicalised(api):
+    task, policy_set = make_task(), make_policy_set()
+
+    response = api.post("/agp/policy-evaluations", body(policy_set, task, input={"n": 2**60}), format="json")
+
+    assert response.status_code == 400
+    assert "input" in response.json()["error"]["details"]["fields"]
+    assert not PolicyEvaluation.objects.exists()
+
+
+def test_it_refuses_a_duplicate_evaluation_id(api):
+    task, policy_set = make_task(), make_policy_set()
+    assert api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="dup"),
+                    format="json").status_code == 201
+
+    response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="dup"), format="json")
+
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "AGP_CONFLICT"
+    assert PolicyEvaluation.objects.count() == 1
+    assert LedgerEvent.objects.filter(resource_id="dup").count() == 1
+
+
+def test_it_needs_the_policy_write_scope_to_evaluate(make_token):
+    task, policy_set = make_task(), make_policy_set()
+    decision_writer = APIClient()
+    decision_writer.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(['agp.decision.write'])}")
+    policy_writer = APIClient()
+    policy_writer.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(['agp.policy.write'])}")
+
+    refused = decision_writer.post("/agp/policy-evaluations", body(policy_set, task), format="json")
+    accepted = policy_writer.post("/agp/policy-evaluations", body(policy_set, task), format="json")
+
+    assert refused.status_code == 403
+    assert refused.json()["error"]["details"]["required_scopes"] == ["agp.policy.write"]
+    assert accepted.status_code == 201
+    assert PolicyEvaluation.objects.count() == 1
+    assert LedgerEvent.objects.get(resource_id=accepted.json()["evaluation_id"]).actor == "test-client"
+
+
+def test_it_replays_an_idempotent_evaluation_without_evaluating_twice(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+    request = body(policy_set, task)
+
+    first = api.post("/agp/policy-evaluations", request, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    second = api.post("/agp/policy-evaluations", request, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+
+    assert first.status_code == second.status_code == 201
+    assert second["Idempotent-Replayed"] == "true"
+    assert second.content == first.content
+    assert PolicyEvaluation.objects.count() == 1
+
+
+def test_it_lists_filters_and_retrieves_evaluations(api, django_assert_num_queries):
+    task, other_task, policy_set = make_task(), make_task(), make_policy_set()
+    for target in (task, task, other_task):
+        assert api.post("/agp/policy-evaluations", body(policy_set, target), format="json").status_code == 201
+    newest = PolicyEvaluation.objects.filter(task=task).order_by("-pk").first()
+
+    with django_assert_num_queries(1):
+        listed = api.get(f"/agp/policy-evaluations?task_id={task.task_id}&limit=1")
+    page2 = api.get(f"/agp/policy-evaluations?task_id={task.task_id}&limit=1&cursor={listed.json()['next_cursor']}")
+    one = api.get(f"/agp/policy-evaluations/{newest.evaluation_id}")
+
+    assert listed.status_code == page2.status_code == one.status_code == 200
+    assert [item["evaluation_id"] for item in listed.json()["items"]] == [newest.evaluation_id]
+    assert len(page2.json()["items"]) == 1 and page2.json()["next_cursor"] is None
+    assert one.json() == listed.json()["items"][0]
+    assert api.get("/agp/policy-evaluations?bogus=1").status_code == 400
+    assert api.get("/agp/policy-evaluations/missing").status_code == 404
