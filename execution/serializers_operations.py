@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from agp_project.http.serializers import IdField, StrictSerializer
 
-from .choices import ReceiptStatus
+from .choices import OperationStatus, ReceiptStatus
 from .models import Operation
 
 
@@ -54,7 +54,7 @@ class OperationSerializer(serializers.Serializer):
     """
 
     operation_id = serializers.CharField(read_only=True)
-    status = serializers.CharField(read_only=True)
+    status = serializers.ChoiceField(choices=OperationStatus.choices, read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
     updated_at = serializers.DateTimeField(read_only=True)
     status_url = serializers.SerializerMethodField()
