@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from agp_project.http.serializers import IdField, StrictSerializer
+from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
 
 from .choices import (
     ApprovalVerdict,
@@ -42,23 +42,6 @@ class BlankAsNullIdField(BlankAsNullMixin, IdField):
 
 class BlankAsNullCharField(BlankAsNullMixin, serializers.CharField):
     pass
-
-
-class SignatureSerializer(serializers.Serializer):
-    """The C9 Signature object."""
-
-    alg = serializers.CharField()
-    kid = serializers.CharField()
-    issuer = serializers.CharField()
-    issued_at = serializers.CharField()
-    payload_hash = serializers.CharField()
-    value = serializers.CharField()
-
-    def to_representation(self, instance):
-        # Not signed yet (or a row written without one): null, never a half object.
-        if not instance:
-            return None
-        return super().to_representation(instance)
 
 
 # --- contexts and evidence ---------------------------------------------------------------

@@ -51,3 +51,20 @@ class IdField(serializers.RegexField):
 class MoneySerializer(StrictSerializer):
     currency = serializers.RegexField(r"^[A-Z]{3}$")
     amount = serializers.DecimalField(max_digits=18, decimal_places=4, min_value=0)
+
+
+class SignatureSerializer(serializers.Serializer):
+    """The C9 Signature object, rendered read-only; one component for every app's schema."""
+
+    alg = serializers.CharField()
+    kid = serializers.CharField()
+    issuer = serializers.CharField()
+    issued_at = serializers.CharField()
+    payload_hash = serializers.CharField()
+    value = serializers.CharField()
+
+    def to_representation(self, instance):
+        # Not signed yet (or a row written without one): null, never a half object.
+        if not instance:
+            return None
+        return super().to_representation(instance)
