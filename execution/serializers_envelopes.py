@@ -11,8 +11,10 @@ from typing import Any
 from rest_framework import serializers
 
 from agp_project.http.serializers import IdField, StrictSerializer
+from registry.serializers import SignatureSerializer  # the one C9 Signature component of the schema
 
 from .models import ActionEnvelope
+from .net import url_guard
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
@@ -46,15 +48,6 @@ def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[
     if signed:
         document["signature"] = envelope.signature
     return document
-
-
-class SignatureSerializer(serializers.Serializer):
-    alg = serializers.CharField()
-    kid = serializers.CharField()
-    issuer = serializers.CharField()
-    issued_at = serializers.DateTimeField()
-    payload_hash = serializers.CharField()
-    value = serializers.CharField()
 
 
 class GovernanceAttestationSerializer(serializers.Serializer):
@@ -97,12 +90,34 @@ class ActionEnvelopeSerializer(StrictSerializer):
     signature = SignatureSerializer(read_only=True)
 
     def validate_callback_url(self, value):
-        if value and not value.lower().startswith(("http://", "https://")):
-            raise serializers.ValidationError("Must be an http or https URL.")
+        # Refused up front (400) as well as at delivery: a callback to a private, loopback or
+        # link-local address would make the service a proxy into its own network (SSRF).
+        if value:
+            url_guard(value, field="callback_url")
         return value
 
     def to_representation(self, instance):
         return envelope_document(instance)
+
+
+class FailedCheckSerializer(serializers.Serializer):
+    check = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class ErrorObjectSerializer(serializers.Serializer):
+    """The C2 error object (``details.failed_checks`` for 422 AGP_PREREQUISITE_FAILED)."""
+
+    code = serializers.CharField()
+    message = serializers.CharField()
+    retryable = serializers.BooleanField()
+    details = serializers.DictField()
+
+
+class ErrorEnvelopeSerializer(serializers.Serializer):
+    """Every non-2xx body: ``{"error": {...}}``."""
+
+    error = ErrorObjectSerializer()
 
 
 class CheckOutcomeSerializer(serializers.Serializer):
@@ -116,7 +131,7 @@ class VerdictSerializer(serializers.Serializer):
     checks = CheckOutcomeSerializer(many=True)
 
 
-class PolicyResultSerializer(serializers.Serializer):
+class WhatIfResultSerializer(serializers.Serializer):
     allow = serializers.BooleanField()
     require_approval = serializers.BooleanField()
     reasons = serializers.ListField(child=serializers.CharField())
@@ -127,8 +142,8 @@ class WhatIfSerializer(serializers.Serializer):
     policy_set_status = serializers.CharField()
     ruleset_hash = serializers.CharField()
     input_hash = serializers.CharField()
-    result = PolicyResultSerializer()
-    original_result = PolicyResultSerializer()
+    result = WhatIfResultSerializer()
+    original_result = WhatIfResultSerializer()
     matches = serializers.BooleanField()
 
 

@@ -12,7 +12,7 @@ from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from .models import ActionEnvelope
 from .replay import replay_action
-from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer, envelope_document
+from .serializers_envelopes import ActionEnvelopeSerializer, ErrorEnvelopeSerializer, ReplaySerializer, envelope_document
 from .serializers_operations import OperationSerializer, operation_representation
 from .services import envelope_accept, envelope_inputs, envelope_validate
 
@@ -107,6 +107,17 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
             200: OpenApiResponse(ActionEnvelopeSerializer, description="Validated only: the envelope as it would "
                                                                        "execute; nothing reserved or executed."),
             202: OpenApiResponse(OperationSerializer, description="Accepted for asynchronous execution."),
+            400: OpenApiResponse(ErrorEnvelopeSerializer, description="AGP_INVALID_REQUEST: malformed body, "
+                                                                      "unknown or response-only field."),
+            401: OpenApiResponse(ErrorEnvelopeSerializer, description="AGP_UNAUTHENTICATED."),
+            403: OpenApiResponse(ErrorEnvelopeSerializer, description="AGP_INSUFFICIENT_SCOPE."),
+            409: OpenApiResponse(ErrorEnvelopeSerializer, description="AGP_CONFLICT: the action_id was already "
+                                                                      "submitted for execution."),
+            422: OpenApiResponse(ErrorEnvelopeSerializer, description="AGP_PREREQUISITE_FAILED: every failed "
+                                                                      "check in details.failed_checks "
+                                                                      "([{check, reason}])."),
+            503: OpenApiResponse(ErrorEnvelopeSerializer, description="AGP_UNAVAILABLE: database or broker "
+                                                                      "unreachable; nothing was accepted."),
         },
     )
     def create(self, request, *args, **kwargs):
@@ -135,7 +146,10 @@ class ReplayView(APIView):
         parameters=[OpenApiParameter("policy_set_id", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
                                      description="Also evaluate the action's recorded policy input under this "
                                                  "policy set (what-if).")],
-        responses={200: ReplaySerializer},
+        responses={200: ReplaySerializer,
+                   400: OpenApiResponse(ErrorEnvelopeSerializer, description="Unknown query parameter or "
+                                                                             "policy_set_id."),
+                   404: OpenApiResponse(ErrorEnvelopeSerializer, description="No accepted action with this id.")},
     )
     def get(self, request, action_id: str):
         unknown = sorted(set(request.query_params) - set(self.allowed_params))

@@ -109,7 +109,7 @@ def test_it_fills_action_id_and_created_at_when_omitted(api):
 # --- respond-async ------------------------------------------------------------------------------------------
 def test_it_accepts_with_respond_async_and_answers_202_with_the_operation(api, jwks):
     world = make_full_world()
-    body = world.envelope_request(callback_url="https://hooks.example.com/agp")
+    body = world.envelope_request(callback_url="https://93.184.215.14/agp")
 
     response = api.post(URL, body, format="json", HTTP_PREFER="wait=5, Respond-Async; foo=bar")
 
@@ -117,7 +117,7 @@ def test_it_accepts_with_respond_async_and_answers_202_with_the_operation(api, j
     operation = response.json()
     assert operation["status"] == "pending"
     assert operation["error"] is None
-    assert operation["callback_url"] == "https://hooks.example.com/agp"
+    assert operation["callback_url"] == "https://93.184.215.14/agp"
     status_url = f"http://testserver/agp/operations/{operation['operation_id']}"
     assert operation["status_url"] == status_url
     assert operation["result_url"] == f"http://testserver/agp/action-envelopes/{body['action_id']}"
@@ -203,6 +203,9 @@ def test_it_refuses_response_only_fields_in_a_request(api, field):
     ({"parameters": [1, 2]}, "parameters"),
     ({"created_at": "yesterday"}, "created_at"),
     ({"callback_url": "ftp://example.com/x"}, "callback_url"),
+    ({"callback_url": "http://127.0.0.1:8080/hook"}, "callback_url"),
+    ({"callback_url": "http://169.254.169.254/latest/meta-data"}, "callback_url"),
+    ({"callback_url": "http://[::1]/hook"}, "callback_url"),
     ({"action_id": "bad id!"}, "action_id"),
 ])
 def test_it_refuses_malformed_requests(api, change, field):
@@ -259,6 +262,7 @@ def test_it_answers_503_and_stores_nothing_when_the_broker_is_unreachable(api, b
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "AGP_UNAVAILABLE"
     assert response.json()["error"]["retryable"] is True
+    assert response["Retry-After"] == "5"
     _nothing_stored(world)
     assert not LedgerEvent.objects.filter(resource_id=body["action_id"]).exists()
 
