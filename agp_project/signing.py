@@ -80,13 +80,18 @@ class Signer:
 
 
 @functools.cache
-def get_signer() -> Signer:
-    pem = settings.AGP_SIGNING_KEY
-    data = pem.encode() if pem else _load_or_create_key_file(settings.AGP_SIGNING_KEY_FILE)
+def _signer(pem: str | None, key_file: Path, issuer: str) -> Signer:
+    data = pem.encode() if pem else _load_or_create_key_file(key_file)
     key = serialization.load_pem_private_key(data, password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ImproperlyConfigured("AGP_SIGNING_KEY must be an Ed25519 private key in PEM")
-    return Signer(key, settings.AGP_ISSUER)
+    return Signer(key, issuer)
+
+
+def get_signer() -> Signer:
+    """The service's signer; loaded once per distinct key setting, so a changed setting
+    (another ``AGP_SIGNING_KEY``) takes effect without a stale cached key."""
+    return _signer(settings.AGP_SIGNING_KEY, Path(settings.AGP_SIGNING_KEY_FILE), settings.AGP_ISSUER)
 
 
 def sign_resource(resource: dict[str, Any]) -> dict[str, str]:
@@ -95,18 +100,19 @@ def sign_resource(resource: dict[str, Any]) -> dict[str, str]:
 
 def verify_resource(resource: dict[str, Any], jwks: dict[str, Any]) -> bool:
     """Check ``resource['signature']`` against a JWKS document; False on any mismatch."""
-    signature = resource.get("signature") or {}
-    if signature.get("alg") != "EdDSA":
+    signature = resource.get("signature")
+    if not isinstance(signature, dict) or signature.get("alg") != "EdDSA":
         return False
     if content_hash({k: v for k, v in resource.items() if k != "signature"}) != signature.get("payload_hash"):
         return False
     for jwk in jwks.get("keys", []):
         if jwk.get("kid") != signature.get("kid"):
             continue
-        public_key = Ed25519PublicKey.from_public_bytes(b64url_decode(jwk["x"]))
         try:
+            public_key = Ed25519PublicKey.from_public_bytes(b64url_decode(jwk["x"]))
             public_key.verify(b64url_decode(signature["value"]), signature["payload_hash"].encode("ascii"))
-        except (InvalidSignature, ValueError):
+        except (InvalidSignature, ValueError, KeyError, TypeError, AttributeError):
+            # A malformed key or signature is a failed verification, never an exception.
             return False
         return True
     return False

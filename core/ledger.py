@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection, transaction
+import rfc8785
+from django.db import IntegrityError, connection, transaction
 
+from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 
@@ -40,14 +42,32 @@ def chain_hash(prev_hash: str, event_bytes: bytes) -> str:
     return hashlib.sha256(prev_hash.encode("ascii") + event_bytes).hexdigest()
 
 
+def _locked_head() -> LedgerHead:
+    """The head row, locked: the lock queues concurrent writers, so the head read here is
+    the head the caller's event extends."""
+    head = LedgerHead.objects.select_for_update().filter(pk=1).first()
+    if head is not None:
+        return head
+    # Migration 0001 creates the row; a flushed database (``manage.py flush``, transactional
+    # tests) lacks it. Recreate it at the tip of whatever chain is stored. Two writers racing
+    # here both insert pk=1: the unique key makes the second wait and fail, and it then
+    # locks the row the first one made.
+    tip = LedgerEvent.objects.order_by("-sequence").values_list("sequence", "hash").first()
+    try:
+        with transaction.atomic():
+            LedgerHead.objects.create(pk=1, sequence=tip[0] if tip else 0, hash=tip[1] if tip else GENESIS_HASH)
+    except IntegrityError:
+        pass
+    return LedgerHead.objects.select_for_update().get(pk=1)
+
+
 def ledger_append(*, event_type: str, resource_type: str, resource_id: str, actor: str,
                   payload: dict[str, Any] | None = None, event_id: str | None = None) -> LedgerEvent:
     """Append one event, in the caller's transaction, after every other writer's."""
     if not connection.in_atomic_block:
         raise RuntimeError("ledger_append must run inside the transaction of the change it records")
     payload = payload or {}
-    # The lock queues concurrent writers: the head read here is the head this event extends.
-    head = LedgerHead.objects.select_for_update().get(pk=1)  # created by migration 0001
+    head = _locked_head()
     sequence = head.sequence + 1
     recorded = datetime.now(UTC)
     event_id = event_id or new_id("evt")
@@ -121,8 +141,25 @@ def ledger_verify(*, batch_size: int = 5000) -> Verification:
     return Verification(True, count, prev_hash, None)
 
 
-@transaction.atomic
 def ledger_append_client_event(*, event_type: str, resource_type: str, resource_id: str, actor: str,
                                payload: dict[str, Any], event_id: str | None = None) -> LedgerEvent:
-    return ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                         actor=actor, payload=payload, event_id=event_id)
+    """Append a client's own event (``POST /agp/ledger-events``) in its own transaction.
+
+    A payload that has no RFC 8785 form (an integer beyond 2**53, a float overflowing to
+    infinity) is a 400; an ``event_id`` already in the ledger is a 409, also when two
+    requests race for it (the unique index decides, after the head lock queued them).
+    """
+    try:
+        content_hash(payload)
+    except rfc8785.CanonicalizationError as exc:
+        raise errors.invalid_fields({"payload": [f"Not representable as canonical JSON: {exc}"]}) from None
+    if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
+        raise errors.Conflict(f"A ledger event with event_id {event_id!r} exists.")
+    try:
+        with transaction.atomic():
+            return ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
+                                 actor=actor, payload=payload, event_id=event_id)
+    except IntegrityError:
+        if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
+            raise errors.Conflict(f"A ledger event with event_id {event_id!r} exists.") from None
+        raise

@@ -34,11 +34,13 @@ def _database_ok() -> bool:
 def _broker_ok() -> bool:
     from agp_project.celery import app
 
-    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("filesystem://"):
         return settings.BROKER_DIR.is_dir()
     try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
+        # The configured URL, one attempt, no back-off: a probe must answer quickly.
+        with app.connection_for_write(url=url) as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)
         return True
     except Exception as exc:
         logger.warning("readiness: broker unreachable: %s", exc)

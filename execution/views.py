@@ -2,7 +2,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from agp_project import errors
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 from core.ledger import ledger_append_client_event, ledger_verify
 from core.models import LedgerEvent
@@ -23,9 +22,6 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
                      "resource_id": "resource_id", "actor": "actor"}
 
     def perform_create(self, validated, actor):
-        event_id = validated.get("event_id")
-        if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
-            raise errors.Conflict(f"A ledger event with event_id {event_id!r} exists.")
         return ledger_append_client_event(actor=actor, **validated)
 
     @extend_schema(responses=LedgerVerificationSerializer)

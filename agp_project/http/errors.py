@@ -1,6 +1,7 @@
 """Where every error becomes the C2 envelope: one mapping for the whole service."""
 
 import logging
+import sys
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
@@ -61,6 +62,8 @@ def to_agp_error(exc: Exception) -> errors.AGPError | None:
         logger.warning("backing service unavailable: %s", exc)
         return errors.Unavailable()
     if isinstance(exc, drf.APIException):
+        if exc.status_code >= 500:
+            return errors.InternalError()
         err = errors.AGPError(str(exc.detail))
         err.status_code = exc.status_code
         return err
@@ -76,10 +79,6 @@ def error_response(err: errors.AGPError) -> JsonResponse:
     for name, value in err.headers.items():
         response[name] = value
     return response
-
-
-def internal_error_response(exc: BaseException | None = None) -> JsonResponse:
-    return error_response(errors.InternalError())
 
 
 def exception_handler(exc, context):
@@ -104,7 +103,14 @@ def handler404(request, exception=None):
 
 
 def handler500(request):
-    return internal_error_response()
+    """Exceptions outside DRF views (middleware, plain views) end here.
+
+    Django calls this inside its ``except`` block, so the exception is still current: a
+    database or broker outage raised by a middleware (the idempotency record, the token's
+    client lookup) is a 503 like anywhere else, not a 500.
+    """
+    exc = sys.exc_info()[1]
+    return error_response((to_agp_error(exc) if exc is not None else None) or errors.InternalError())
 
 
 def handler400(request, exception=None):

@@ -10,7 +10,8 @@ One middleware gives every write the same behaviour:
 - a repeat with the same fingerprint replays the stored status, body and Location byte
   for byte with ``Idempotent-Replayed: true``; with another fingerprint it is 422; while
   the first is still in flight it is 409 (retryable);
-- 5xx responses are not stored: their transaction is rolled back and the key released.
+- 5xx responses are not stored: their transaction is rolled back and the key released;
+  neither are 401, 403 and 429, which answer before the operation runs.
 """
 
 import hashlib
@@ -29,10 +30,13 @@ from core.models import IdempotencyRecord
 
 HEADER = "HTTP_IDEMPOTENCY_KEY"
 REPLAYED_HEADERS = ("Location", "Operation-Location", "Content-Type", "Preference-Applied", "Retry-After", "Vary")
+# Answers given before the operation ran (scope refused, rate limited) are not stored
+# either: the same key may be retried once the client has the scope or the window passed.
+NOT_STORED = frozenset({401, 403, 429})
 
 
 class _Abort(Exception):
-    """Raised inside the request transaction to roll it back after a 5xx."""
+    """Raised inside the request transaction to roll it back and release the key (5xx, 401, 403, 429)."""
 
     def __init__(self, response):
         self.response = response
@@ -41,7 +45,7 @@ class _Abort(Exception):
 def fingerprint(body: bytes) -> str:
     try:
         data = canonical_json(json.loads(body)) if body else b""
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         data = body
     return hashlib.sha256(data).hexdigest()
 
@@ -80,25 +84,31 @@ class IdempotencyMiddleware:
         now = timezone.now()
         scope = {"client_id": client_id, "method": request.method, "path": request.path, "key": key}
         body_fingerprint = fingerprint(request.body)
-        try:
-            record = IdempotencyRecord.objects.create(
-                **scope, fingerprint=body_fingerprint, locked_at=now,
-                expires_at=now + timedelta(seconds=settings.AGP_IDEMPOTENCY_TTL_SECONDS))
-        except IntegrityError:
+        record = self._claim(scope, body_fingerprint, now)
+        if record is None:
             record = self._existing(scope, body_fingerprint, now)
             if isinstance(record, HttpResponse):
                 return record
         return self._process(request, record)
 
-    def _existing(self, scope, body_fingerprint, now):
-        existing = IdempotencyRecord.objects.filter(**scope).first()
-        if existing is None:  # released between our insert and this read: try once more
-            try:
+    @staticmethod
+    def _claim(scope, body_fingerprint, now) -> IdempotencyRecord | None:
+        """Commit the in-flight marker; None when the key is already taken.
+
+        The savepoint keeps a duplicate-key error from breaking an enclosing transaction.
+        """
+        try:
+            with transaction.atomic():
                 return IdempotencyRecord.objects.create(
                     **scope, fingerprint=body_fingerprint, locked_at=now,
                     expires_at=now + timedelta(seconds=settings.AGP_IDEMPOTENCY_TTL_SECONDS))
-            except IntegrityError:
-                return error_response(errors.IdempotencyInProgress())
+        except IntegrityError:
+            return None
+
+    def _existing(self, scope, body_fingerprint, now):
+        existing = IdempotencyRecord.objects.filter(**scope).first()
+        if existing is None:  # released between our insert and this read: try once more
+            return self._claim(scope, body_fingerprint, now) or error_response(errors.IdempotencyInProgress())
         if existing.expires_at <= now:
             existing.delete()
             return self._existing(scope, body_fingerprint, now)
@@ -120,7 +130,7 @@ class IdempotencyMiddleware:
         try:
             with transaction.atomic():
                 response = self.get_response(request)
-                if response.status_code >= 500:
+                if response.status_code >= 500 or response.status_code in NOT_STORED:
                     raise _Abort(response)
                 headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
                 updated = IdempotencyRecord.objects.filter(pk=record.pk, locked_at=record.locked_at).update(

@@ -131,11 +131,12 @@ AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or env_str("AGP_AUTH_SECRET
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("AGP_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    BROKER_DIR.mkdir(parents=True, exist_ok=True)
+    (BROKER_DIR / "control").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # One folder for both directions: producers and consumers share the queue.
         "data_folder_in": str(BROKER_DIR),
         "data_folder_out": str(BROKER_DIR),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
 else:
@@ -152,7 +153,12 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ALWAYS_EAGER = False
-CELERY_BEAT_SCHEDULE = {}
+CELERY_BEAT_SCHEDULE = {
+    "purge-expired-idempotency-records": {
+        "task": "core.purge_expired_idempotency_records",
+        "schedule": env_int("AGP_IDEMPOTENCY_PURGE_SECONDS", 3600, minimum=60),
+    },
+}
 
 # --- Execution worker (CONTRACT C8; execution/runner.py, execution/callbacks.py) -------------
 # One queue for every task; a separate name lets several deployments (or test sessions)
