@@ -291,6 +291,8 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
             from_state=operation.status, to_state=status, allowed=[],
             message=(f"Operation {operation_id!r} is {operation.status} and does not wait for an external "
                      f"executor's receipt."))
+    if started_at and completed_at and completed_at < started_at:
+        raise errors.invalid_fields({"completed_at": ["Must not be earlier than started_at."]})
     result = result or {}
     error = None
     if status == ReceiptStatus.FAILED:
