@@ -6,7 +6,8 @@ from rest_framework.test import APIClient
 from core.models import LedgerEvent
 from execution.budgets import payment_commit
 from execution.checks import CHECK_NAMES
-from execution.models import ActionEnvelope
+from execution.models import ActionEnvelope, Operation, Payment
+from execution.runner import operation_execute
 from tests.execution.factories import DENY_TRANSACT_RULESET, RULESET, make_full_world, make_policy_set, make_world
 
 pytestmark = pytest.mark.django_db
@@ -38,6 +39,22 @@ def test_it_reports_matching_verdicts_for_an_accepted_action(api):
         assert all(item["passed"] and item["reason"] for item in replay[side]["checks"])
     assert replay["original"]["checks"] == ActionEnvelope.objects.get(action_id=action_id).checks
     assert "what_if" not in replay
+
+
+def test_it_reports_matching_verdicts_for_an_executed_action(api):
+    # The worker's own code path, run in process: the operation succeeds, the payment is
+    # committed, and replay still clears the action (its own spending is its own).
+    world = make_full_world()
+    action_id = _accept(api, world)
+    operation = Operation.objects.get(envelope_id=action_id)
+    assert operation_execute(operation_id=operation.operation_id, executor="replay-test") == "succeeded"
+    assert Payment.objects.get(envelope_id=action_id).status == "committed"
+
+    replay = api.get(f"/agp/replay/{action_id}").json()
+
+    assert replay["matches"] is True
+    assert replay["original"]["verdict"] == replay["current"]["verdict"] == "cleared"
+    assert replay["changed_checks"] == []
 
 
 def test_it_still_matches_after_the_payment_was_committed(api):
