@@ -55,6 +55,8 @@ RULE5_ACTION_CLASSES = ("transact", "delete", "admin")
 MAX_DELEGATION_CANDIDATES = 20
 MONEY = DecimalField(max_digits=20, decimal_places=4)
 ZERO = Decimal("0")
+AMOUNT_QUANTUM = Decimal("0.0001")
+MAX_AMOUNT = Decimal("1e14")  # DecimalField(max_digits=18, decimal_places=4)
 
 
 @dataclass(frozen=True)
@@ -472,6 +474,11 @@ def _check_commerce(*, inputs: EnvelopeInputs, task: Task, delegation: Delegatio
     currency = inputs.parameters.get("currency")
     if amount is None or amount <= 0:
         problems.append("a transact action needs parameters.amount, a number greater than 0")
+        amount = None
+    elif amount != amount.quantize(AMOUNT_QUANTUM) or amount >= MAX_AMOUNT:
+        # Amounts are stored with 4 decimal places: a finer amount would be rounded on one
+        # side of the ledger and not the other.
+        problems.append(f"parameters.amount {amount} has more than 4 decimal places or is too large")
         amount = None
     if not isinstance(currency, str) or len(currency) != 3:
         problems.append("a transact action needs parameters.currency, a 3-letter currency code")

@@ -8,7 +8,10 @@ it, so the signature verifies against what a client reads.
 from datetime import UTC
 from typing import Any
 
+import rfc8785
 from rest_framework import serializers
+
+from agp_project.canonical import content_hash
 
 from agp_project.http.serializers import IdField, StrictSerializer
 from registry.serializers import SignatureSerializer  # the one C9 Signature component of the schema
@@ -88,6 +91,15 @@ class ActionEnvelopeSerializer(StrictSerializer):
     created_at = serializers.DateTimeField(required=False)
     governance_attestations = GovernanceAttestationSerializer(many=True, read_only=True)
     signature = SignatureSerializer(read_only=True)
+
+    def validate_parameters(self, value):
+        # The parameters are hashed (RFC 8785) into parameters_hash: refuse what has no
+        # canonical form (integers beyond 2**53, non-finite numbers) instead of failing later.
+        try:
+            content_hash(value)
+        except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
+            raise serializers.ValidationError(f"Not representable as canonical JSON: {exc}") from None
+        return value
 
     def validate_callback_url(self, value):
         # Refused up front (400) as well as at delivery: a callback to a private, loopback or

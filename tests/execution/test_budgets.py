@@ -130,6 +130,8 @@ def _race(inputs_list, actor="racer"):
             outcomes[index] = "accepted"
         except errors.PrerequisiteFailed as exc:
             outcomes[index] = [item["check"] for item in exc.details["failed_checks"]]
+        except errors.Conflict:
+            outcomes[index] = "conflict"
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             outcomes[index] = repr(exc)
         finally:
@@ -186,3 +188,16 @@ def test_it_never_exceeds_the_delegation_spend_limit_across_sessions():
     totals = CommerceSession.objects.filter(delegation__path__startswith=world.root_delegation.path)
     assert sum(s.reserved_amount + s.spent_amount for s in totals) == Decimal("100")
     assert ledger_verify().verified
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_it_accepts_one_action_id_once_under_concurrent_submissions():
+    world = make_full_world()
+    inputs = _inputs(world)
+    outcomes = _race([inputs] * 6)
+
+    assert outcomes.count("accepted") == 1, outcomes
+    assert outcomes.count("conflict") == 5, outcomes
+    assert Payment.objects.count() == Operation.objects.count() == 1
+    assert _amounts(world) == (Decimal("50"), Decimal("0"))

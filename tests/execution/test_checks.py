@@ -389,6 +389,8 @@ def test_it_fails_commerce_without_a_liability_binding_or_with_too_little_covera
     ({"currency": "USD"}, "parameters.amount"),
     ({"amount": 50}, "parameters.currency"),
     ({"amount": -5, "currency": "USD"}, "parameters.amount"),
+    ({"amount": 0.00001, "currency": "USD"}, "more than 4 decimal places"),
+    ({"amount": 1e15, "currency": "USD"}, "too large"),
 ])
 def test_it_fails_commerce_without_a_usable_amount(parameters, expected):
     world = make_full_world(allowed_parameter_ranges={})

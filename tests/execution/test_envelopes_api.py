@@ -201,6 +201,7 @@ def test_it_refuses_response_only_fields_in_a_request(api, field):
     ({"type": "Decision"}, "type"),
     ({"task_id": None}, "task_id"),
     ({"parameters": [1, 2]}, "parameters"),
+    ({"parameters": {"n": 2 ** 60}}, "parameters"),
     ({"created_at": "yesterday"}, "created_at"),
     ({"callback_url": "ftp://example.com/x"}, "callback_url"),
     ({"callback_url": "http://127.0.0.1:8080/hook"}, "callback_url"),
