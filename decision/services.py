@@ -7,7 +7,7 @@ docs/decisions/decision-api.md.
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -109,15 +109,19 @@ def evidence_bundle_create(*, actor: str, task_id: str, items: Sequence[dict[str
 
 
 # --- policy evaluations -----------------------------------------------------------------------
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
     warnings = []
     if policy_set.status == PolicySetStatus.DEPRECATED:
         warnings.append(f"Policy set {policy_set.policy_set_id!r} is deprecated.")
     if policy_set.effective_from and policy_set.effective_from > now:
         warnings.append(f"Policy set {policy_set.policy_set_id!r} is not effective until "
-                        f"{policy_set.effective_from.isoformat()}.")
+                        f"{_iso(policy_set.effective_from)}.")
     if policy_set.expires_at and policy_set.expires_at <= now:
-        warnings.append(f"Policy set {policy_set.policy_set_id!r} expired at {policy_set.expires_at.isoformat()}.")
+        warnings.append(f"Policy set {policy_set.policy_set_id!r} expired at {_iso(policy_set.expires_at)}.")
     return warnings
 
 

@@ -1,6 +1,9 @@
 """POST/GET /agp/policy-evaluations: real Rego evaluation, stored with its hashes."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agp_project.canonical import content_hash
@@ -78,6 +81,23 @@ def test_it_warns_when_the_policy_set_is_deprecated(api):
     assert response.json()["warnings"] == [f"Policy set {policy_set.policy_set_id!r} is deprecated."]
     assert response.json()["result"]["allow"] is True
     assert PolicyEvaluation.objects.get().warnings == response.json()["warnings"]
+
+
+def test_it_warns_when_the_policy_set_is_expired_or_not_yet_effective(api):
+    now = timezone.now()
+    expired = make_policy_set(expires_at=now - timedelta(days=1))
+    future = make_policy_set(effective_from=now + timedelta(days=1))
+    task = make_task()
+
+    first = api.post("/agp/policy-evaluations", body(expired, task), format="json")
+    second = api.post("/agp/policy-evaluations", body(future, task), format="json")
+
+    assert first.status_code == second.status_code == 201
+    assert first.json()["warnings"] == [f"Policy set {expired.policy_set_id!r} expired at "
+                                        f"{expired.expires_at.strftime('%Y-%m-%dT%H:%M:%SZ')}."]
+    assert second.json()["warnings"] == [f"Policy set {future.policy_set_id!r} is not effective until "
+                                         f"{future.effective_from.strftime('%Y-%m-%dT%H:%M:%SZ')}."]
+    assert PolicyEvaluation.objects.count() == 2
 
 
 def test_it_refuses_a_revoked_policy_set(api):
