@@ -49,17 +49,21 @@ def impact_assessment_newest(*, task: Task | str, decision: Decision | str) -> I
 
 # --- approvals -----------------------------------------------------------------------------
 def approval_valid_for(*, decision: Decision | str, now: datetime) -> Approval | None:
-    """The newest approved, unexpired approval of ``decision``; None if there is none.
+    """The newest approved, unexpired approval of ``decision``, unless a later approval rejected it.
 
-    An unexpired *rejection* of the same decision vetoes every approval: with one approver
-    saying no, the careful answer is no (docs/decisions/decision-api.md).
+    Approvals are immutable, so a rejection recorded after an approval is how that
+    approval is withdrawn; an approval recorded after a rejection stands (CONTRACT C8
+    check 7 reads approvals the same way).
     """
-    unexpired = Approval.objects.filter(decision_id=_id(decision, "decision_id")).filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-    rows = list(unexpired.order_by("-pk").values_list("pk", "verdict"))
-    if not rows or any(verdict == ApprovalVerdict.REJECTED for _, verdict in rows):
+    decision_id = _id(decision, "decision_id")
+    approval = (Approval.objects.filter(decision_id=decision_id, verdict=ApprovalVerdict.APPROVED)
+                .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+                .order_by("-created_at", "-pk").first())
+    if approval is None:
         return None
-    return Approval.objects.get(pk=rows[0][0])
+    withdrawn = Approval.objects.filter(decision_id=decision_id, verdict=ApprovalVerdict.REJECTED,
+                                        created_at__gt=approval.created_at).exists()
+    return None if withdrawn else approval
 
 
 # --- escalations ---------------------------------------------------------------------------

@@ -74,6 +74,13 @@ def _not_in_future(value: datetime, field: str, now: datetime) -> datetime:
     return value
 
 
+def _created_at(value: datetime | None, now: datetime | None = None) -> datetime:
+    """A client may date its record (C1), but not ahead of the server clock: "newest" decides
+    which approval or assessment counts, and a future date would win every comparison."""
+    now = now or timezone.now()
+    return now if value is None else _not_in_future(value, "created_at", now)
+
+
 def _check(check: str, reason: str) -> dict[str, str]:
     return {"check": check, "reason": reason}
 
@@ -87,7 +94,7 @@ def context_create(*, actor: str, task_id: str, data: dict[str, Any], agent_id: 
     digest = _hash_of(data, "data")
     with _unique("context", "context_id", context_id), transaction.atomic():
         context = Context.objects.create(context_id=context_id, task=task, agent_id=agent_id, data=data,
-                                         content_hash=digest, created_at=created_at or timezone.now())
+                                         content_hash=digest, created_at=_created_at(created_at))
         ledger_append(event_type="context.created", resource_type="Context", resource_id=context_id,
                       actor=actor, payload={"task_id": task_id, "content_hash": digest})
     return context
@@ -102,7 +109,7 @@ def evidence_bundle_create(*, actor: str, task_id: str, items: Sequence[dict[str
     digest = _hash_of(items, "items")
     with _unique("evidence bundle", "bundle_id", bundle_id), transaction.atomic():
         bundle = EvidenceBundle.objects.create(bundle_id=bundle_id, task=task, items=items, bundle_hash=digest,
-                                               created_at=created_at or timezone.now())
+                                               created_at=_created_at(created_at))
         ledger_append(event_type="evidence_bundle.created", resource_type="EvidenceBundle", resource_id=bundle_id,
                       actor=actor, payload={"task_id": task_id, "bundle_hash": digest, "items": len(items)})
     return bundle
@@ -158,7 +165,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             evaluation_id=evaluation_id, policy_set=policy_set, task=task, agent_id=agent_id, input=input,
             input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
             require_approval=outcome.require_approval, warnings=warnings, evaluated_at=now,
-            created_at=created_at or now)
+            created_at=_created_at(created_at, now))
         ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
                       resource_id=evaluation_id, actor=actor,
                       payload={"policy_set_id": policy_set_id, "task_id": task_id, "agent_id": agent_id,
@@ -206,7 +213,7 @@ def decision_create(*, actor: str, task_id: str, agent_id: str, outcome: str, ra
         decision = Decision.objects.create(
             decision_id=decision_id, task=task, agent_id=agent_id, outcome=outcome, rationale=rationale,
             context=context, evidence_refs=evidence_refs, policy_evaluation=evaluation,
-            created_at=created_at or timezone.now())
+            created_at=_created_at(created_at))
         ledger_append(event_type="decision.created", resource_type="Decision", resource_id=decision_id, actor=actor,
                       payload={"task_id": task_id, "agent_id": agent_id, "outcome": outcome,
                                "context_ref": context_ref, "evidence_refs": evidence_refs,
@@ -369,7 +376,7 @@ def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: st
                                               f"approver {approver!r} is the decision's own agent")]})
     with _unique("approval", "approval_id", approval_id), transaction.atomic():
         approval = Approval(approval_id=approval_id, decision=decision, approver=approver, verdict=verdict,
-                            conditions=list(conditions), expires_at=expires_at, created_at=created_at or now)
+                            conditions=list(conditions), expires_at=expires_at, created_at=_created_at(created_at, now))
         approval.signature = sign_resource(render_for_signature(ApprovalSerializer, approval))
         approval.save(force_insert=True)
         ledger_append(event_type="approval.created", resource_type="Approval", resource_id=approval_id,
@@ -400,7 +407,7 @@ def escalation_create(*, actor: str, raised_by: str, reason: str, task_id: str |
     with _unique("escalation", "escalation_id", escalation_id), transaction.atomic():
         escalation = Escalation.objects.create(
             escalation_id=escalation_id, task=task, decision=decision, action_id=action_id or "",
-            raised_by=raised_by, reason=reason, created_at=created_at or timezone.now())
+            raised_by=raised_by, reason=reason, created_at=_created_at(created_at))
         ledger_append(event_type="escalation.created", resource_type="Escalation", resource_id=escalation_id,
                       actor=actor, payload={"task_id": task.task_id if task else None, "decision_ref": decision_ref,
                                             "action_id": action_id, "raised_by": raised_by})
@@ -490,7 +497,7 @@ def commerce_session_create(*, actor: str, task_id: str, agent_id: str, delegati
             currency=currency, amount_limit=amount_limit,
             # Omitted, the session lasts as long as the delegation that funds it.
             expires_at=expires_at if expires_at is not None else delegation.expires_at,
-            created_at=created_at or now)
+            created_at=_created_at(created_at, now))
         ledger_append(event_type="commerce_session.created", resource_type="CommerceSession", resource_id=session_id,
                       actor=actor, payload={"task_id": task_id, "agent_id": agent_id, "delegation_id": delegation_id,
                                             "currency": currency, "amount_limit": str(amount_limit)})

@@ -108,10 +108,10 @@ def make_assessment(*, decision, recommendation="proceed", assessed_at=None, ass
         recommendation=recommendation, assessed_at=assessed_at or now, created_at=now)
 
 
-def make_approval(*, decision, verdict="approved", expires_at=None, approver="human-1") -> Approval:
+def make_approval(*, decision, verdict="approved", expires_at=None, approver="human-1", created_at=None) -> Approval:
     now = timezone.now()
     return Approval.objects.create(approval_id=f"apr-{_n()}", decision=decision, approver=approver, verdict=verdict,
-                                   expires_at=expires_at or now + timedelta(hours=1), created_at=now)
+                                   expires_at=expires_at or now + timedelta(hours=1), created_at=created_at or now)
 
 
 def make_escalation(*, task=None, decision=None, action_id="", status="open", outcome="") -> Escalation:

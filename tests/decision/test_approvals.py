@@ -126,8 +126,8 @@ def test_it_lists_approvals_of_a_decision(api):
 def test_approval_valid_for_finds_the_newest_unexpired_approval():
     decision = make_decision(task=make_task())
     now = timezone.now()
-    make_approval(decision=decision, expires_at=now + timedelta(minutes=5))
-    newest = make_approval(decision=decision, expires_at=now + timedelta(minutes=10))
+    make_approval(decision=decision, expires_at=now + timedelta(minutes=5), created_at=now - timedelta(seconds=2))
+    newest = make_approval(decision=decision, expires_at=now + timedelta(minutes=10), created_at=now)
 
     assert approval_valid_for(decision=decision, now=now) == newest
     assert approval_valid_for(decision=decision.decision_id, now=now) == newest
@@ -141,15 +141,35 @@ def test_approval_valid_for_ignores_expired_approvals():
     assert approval_valid_for(decision=decision, now=now + timedelta(minutes=5)) is None
 
 
-def test_approval_valid_for_lets_an_unexpired_rejection_veto():
+def test_approval_valid_for_treats_a_later_rejection_as_withdrawal():
     decision = make_decision(task=make_task())
     now = timezone.now()
-    make_approval(decision=decision, expires_at=now + timedelta(hours=1))
-    make_approval(decision=decision, verdict="rejected", expires_at=now + timedelta(minutes=5))
+    make_approval(decision=decision, expires_at=now + timedelta(hours=1), created_at=now - timedelta(seconds=2))
+    make_approval(decision=decision, verdict="rejected", expires_at=now + timedelta(minutes=5), created_at=now)
 
     assert approval_valid_for(decision=decision, now=now) is None
-    assert approval_valid_for(decision=decision, now=now + timedelta(minutes=6)) is not None
+    # A rejection does not stop counting when it expires: the approval it withdrew stays withdrawn.
+    assert approval_valid_for(decision=decision, now=now + timedelta(minutes=6)) is None
+
+
+def test_approval_valid_for_accepts_an_approval_given_after_a_rejection():
+    decision = make_decision(task=make_task())
+    now = timezone.now()
+    make_approval(decision=decision, verdict="rejected", created_at=now - timedelta(seconds=2))
+    again = make_approval(decision=decision, expires_at=now + timedelta(hours=1), created_at=now)
+
+    assert approval_valid_for(decision=decision, now=now) == again
 
 
 def test_approval_valid_for_is_none_without_approvals():
     assert approval_valid_for(decision=make_decision(task=make_task()), now=timezone.now()) is None
+
+
+def test_it_refuses_an_approval_dated_in_the_future(api):
+    decision = make_decision(task=make_task())
+
+    response = api.post("/agp/approvals", body(decision, created_at=in_an_hour()), format="json")
+
+    assert response.status_code == 400
+    assert "created_at" in response.json()["error"]["details"]["fields"]
+    assert not Approval.objects.exists()
