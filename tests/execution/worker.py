@@ -78,15 +78,18 @@ def database_url() -> str:
     return f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
-def _point_app_at(*, url: str, queue: str, transport_options: dict) -> None:
-    """Make this process's Celery app publish to ``url``/``queue`` (cached pools dropped)."""
+def _point_app_at(*, url: str, queue: str) -> None:
+    """Make this process's Celery app publish to ``url``/``queue``.
+
+    The cached pools are dropped, not closed: kombu keeps pools in a process-wide registry
+    keyed by the connection's parameters, and a closed pool left there would break the
+    next publisher of that URL.
+    """
     from agp_project.celery import app
 
     app.conf.broker_url = url
-    app.conf.broker_transport_options = transport_options
+    app.conf.broker_transport_options = {"visibility_timeout": 3600}
     app.conf.task_default_queue = queue
-    if app._pool is not None:
-        app._pool.force_close_all()
     app._pool = None
     amqp = app.amqp
     amqp._producer_pool = None
@@ -95,19 +98,31 @@ def _point_app_at(*, url: str, queue: str, transport_options: dict) -> None:
         amqp.__dict__.pop(cached, None)
 
 
+_SESSION_BROKER: TestBroker | None = None
+
+
+def session_broker() -> TestBroker:
+    """The one broker and queue of this test session (created on first use).
+
+    A fixture imported into several test modules is a separate fixture in each, so the
+    session-wide state lives here, not in the fixture.
+    """
+    global _SESSION_BROKER
+    if _SESSION_BROKER is None:
+        redis.Redis.from_url(BROKER_URL).ping()
+        broker = TestBroker(url=BROKER_URL, queue=f"agp-test-{uuid.uuid4().hex[:12]}")
+        _point_app_at(url=broker.url, queue=broker.queue)
+        _SESSION_BROKER = broker
+    return _SESSION_BROKER
+
+
 @pytest.fixture(scope="session")
 def test_broker():
-    from agp_project.celery import app
-
-    client = redis.Redis.from_url(BROKER_URL)
-    client.ping()
-    queue = f"agp-test-{uuid.uuid4().hex[:12]}"
-    saved = {"url": app.conf.broker_url, "queue": app.conf.task_default_queue,
-             "transport_options": dict(app.conf.broker_transport_options or {})}
-    _point_app_at(url=BROKER_URL, queue=queue, transport_options={"visibility_timeout": 3600})
-    yield TestBroker(url=BROKER_URL, queue=queue)
-    _point_app_at(**saved)
-    for key in client.scan_iter(match=f"{queue}*"):
+    broker = session_broker()
+    yield broker
+    # Idempotent: whichever copy of the fixture ends first removes the session's queue.
+    client = redis.Redis.from_url(broker.url)
+    for key in client.scan_iter(match=f"{broker.queue}*"):
         client.delete(key)
     client.close()
 
