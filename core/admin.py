@@ -174,8 +174,8 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
             problems.append("payload does not hash to payload_hash")
         if problems:
             return format_html('<strong style="color:var(--error-fg)">broken: {}</strong>', "; ".join(problems))
-        return format_html('<span style="color:var(--message-success-bg, green)">{}</span>',
-                           "intact: extends its predecessor, and its hashes recompute")
+        return format_html('<strong style="color:#1e7b34">{}</strong>',
+                           "✓ intact: extends its predecessor, and its hashes recompute")
 
     @admin.display(description="payload")
     def payload_pretty(self, obj):

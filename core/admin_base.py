@@ -256,11 +256,12 @@ def admin_link(obj: models.Model | None, label: Any = None) -> str:
     return format_html('<a href="{}">{}</a>', url, text) if url else format_html("{}", text)
 
 
-def id_link(model: type[models.Model], field: str, value: str | None) -> str:
+def id_link(model: type[models.Model], field: str, value: str | None, label: Any = None) -> str:
     """A link to the list of ``model`` filtered on ``field == value``: no query needed to render it."""
     if not value:
         return "-"
-    return format_html('<a href="{}">{}</a>', changelist_url(model, **{field: value}), value)
+    return format_html('<a href="{}">{}</a>', changelist_url(model, **{field: value}),
+                       value if label is None else label)
 
 
 def pretty_json(value: Any) -> str:

@@ -28,14 +28,14 @@ AGENT_FILTER = id_filter("agent", "agent_id")
 DECISION_FILTER = id_filter("decision", "decision_id")
 
 
-def task_link(obj) -> str:
+def _task_id_link(obj) -> str:
     """The task id, linking to the task list filtered on it (no join, no query)."""
     return id_link(Task, "task_id", obj.task_id)
 
 
 @admin.register(Context)
 class ContextAdmin(ReadOnlyModelAdmin):
-    list_display = ("context_id", "task", "agent_id", "content_hash", "created_at")
+    list_display = ("context_id", "task_link", "agent_id", "content_hash", "created_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, "created_at")
     search_fields = ("context_id", "=task__task_id", "agent_id", "=content_hash")
     date_hierarchy = "created_at"
@@ -44,8 +44,8 @@ class ContextAdmin(ReadOnlyModelAdmin):
     readonly_fields = ("data_pretty",)
 
     @admin.display(description="task", ordering="task_id")
-    def task(self, obj):
-        return task_link(obj)
+    def task_link(self, obj):
+        return _task_id_link(obj)
 
     @admin.display(description="data")
     def data_pretty(self, obj):
@@ -54,7 +54,7 @@ class ContextAdmin(ReadOnlyModelAdmin):
 
 @admin.register(EvidenceBundle)
 class EvidenceBundleAdmin(ReadOnlyModelAdmin):
-    list_display = ("bundle_id", "task", "item_count", "bundle_hash", "created_at")
+    list_display = ("bundle_id", "task_link", "item_count", "bundle_hash", "created_at")
     list_filter = (TASK_FILTER, "created_at")
     search_fields = ("bundle_id", "=task__task_id", "=bundle_hash")
     date_hierarchy = "created_at"
@@ -63,8 +63,8 @@ class EvidenceBundleAdmin(ReadOnlyModelAdmin):
     readonly_fields = ("items_table",)
 
     @admin.display(description="task", ordering="task_id")
-    def task(self, obj):
-        return task_link(obj)
+    def task_link(self, obj):
+        return _task_id_link(obj)
 
     @admin.display(description="items")
     def item_count(self, obj):
@@ -81,7 +81,7 @@ class EvidenceBundleAdmin(ReadOnlyModelAdmin):
 
 @admin.register(PolicyEvaluation)
 class PolicyEvaluationAdmin(ReadOnlyModelAdmin):
-    list_display = ("evaluation_id", "policy_set_link", "task", "agent_id", "allowed", "require_approval",
+    list_display = ("evaluation_id", "policy_set_link", "task_link", "agent_id", "allowed", "require_approval",
                     "evaluated_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, id_filter("policy set", "policy_set_id"), "allowed",
                    "require_approval", "evaluated_at")
@@ -99,8 +99,8 @@ class PolicyEvaluationAdmin(ReadOnlyModelAdmin):
         return admin_link(policy_set, f"{policy_set.policy_set_id} ({policy_set.name} {policy_set.version})")
 
     @admin.display(description="task", ordering="task_id")
-    def task(self, obj):
-        return task_link(obj)
+    def task_link(self, obj):
+        return _task_id_link(obj)
 
     @admin.display(description="policy set")
     def policy_set_record(self, obj):
@@ -111,7 +111,7 @@ class PolicyEvaluationAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="decisions citing it")
     def decisions_citing(self, obj):
-        return id_link(Decision, "policy_evaluation_id", obj.evaluation_id)
+        return id_link(Decision, "policy_evaluation_id", obj.evaluation_id, "decisions citing this evaluation")
 
     @admin.display(description="result")
     def result_pretty(self, obj):
@@ -124,7 +124,7 @@ class PolicyEvaluationAdmin(ReadOnlyModelAdmin):
 
 @admin.register(Decision)
 class DecisionAdmin(ReadOnlyModelAdmin):
-    list_display = ("decision_id", "task", "task_risk", "agent_id", "outcome", "status", "evaluation",
+    list_display = ("decision_id", "task_link", "task_risk", "agent_id", "outcome", "status", "evaluation",
                     "finalised_at", "created_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, DECISION_FILTER, id_filter("policy evaluation", "policy_evaluation_id"),
                    "outcome", "status", "created_at", "finalised_at")
@@ -135,8 +135,8 @@ class DecisionAdmin(ReadOnlyModelAdmin):
     linked_fields = ("approvals", "impact_assessments", "escalations", "action_envelopes")
 
     @admin.display(description="task", ordering="task_id")
-    def task(self, obj):
-        return task_link(obj)
+    def task_link(self, obj):
+        return _task_id_link(obj)
 
     @admin.display(description="risk / class")
     def task_risk(self, obj):
@@ -160,33 +160,33 @@ class DecisionAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="escalations")
     def escalations(self, obj):
-        return id_link(Escalation, "decision_id", obj.decision_id)
+        return id_link(Escalation, "decision_id", obj.decision_id, "escalations of this decision")
 
     @admin.display(description="action envelopes")
     def action_envelopes(self, obj):
-        return id_link(ActionEnvelope, "decision_ref", obj.decision_id)
+        return id_link(ActionEnvelope, "decision_ref", obj.decision_id, "envelopes citing this decision")
 
 
 @admin.register(ImpactAssessment)
 class ImpactAssessmentAdmin(ReadOnlyModelAdmin):
-    list_display = ("assessment_id", "task", "decision", "agent_id", "recommendation", "assessed_at")
+    list_display = ("assessment_id", "task_link", "decision_link", "agent_id", "recommendation", "assessed_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, DECISION_FILTER, "recommendation", "assessed_at")
     search_fields = ("assessment_id", "=task__task_id", "=decision__decision_id", "agent_id")
     date_hierarchy = "assessed_at"
     ordering = ("-assessed_at",)
 
     @admin.display(description="task", ordering="task_id")
-    def task(self, obj):
-        return task_link(obj)
+    def task_link(self, obj):
+        return _task_id_link(obj)
 
     @admin.display(description="decision", ordering="decision_id")
-    def decision(self, obj):
+    def decision_link(self, obj):
         return id_link(Decision, "decision_id", obj.decision_id)
 
 
 @admin.register(Approval)
 class ApprovalAdmin(ReadOnlyModelAdmin):
-    list_display = ("approval_id", "decision_link", "task", "approver", "verdict", "expires_at", "created_at")
+    list_display = ("approval_id", "decision_link", "task_link", "approver", "verdict", "expires_at", "created_at")
     list_filter = (id_filter("task", "task_id", "decision__task_id"),
                    id_filter("agent", "agent_id", "decision__agent_id"), DECISION_FILTER, "verdict", "created_at",
                    "expires_at")
@@ -200,13 +200,13 @@ class ApprovalAdmin(ReadOnlyModelAdmin):
         return admin_link(obj.decision, f"{obj.decision_id} ({obj.decision.outcome}, {obj.decision.status})")
 
     @admin.display(description="task")
-    def task(self, obj):
+    def task_link(self, obj):
         return id_link(Task, "task_id", obj.decision.task_id)
 
 
 @admin.register(Escalation)
 class EscalationAdmin(ReadOnlyModelAdmin):
-    list_display = ("escalation_id", "task", "decision", "action_id", "raised_by", "status", "outcome",
+    list_display = ("escalation_id", "task_link", "decision_link", "action_id", "raised_by", "status", "outcome",
                     "resolved_by", "resolved_at", "created_at")
     list_filter = (TASK_FILTER, id_filter("agent", "agent_id", "decision__agent_id"), DECISION_FILTER,
                    id_filter("action", "action_id"), "status", "outcome", "created_at", "resolved_at")
@@ -216,17 +216,17 @@ class EscalationAdmin(ReadOnlyModelAdmin):
     ordering = ("-created_at",)
 
     @admin.display(description="task", ordering="task_id")
-    def task(self, obj):
-        return task_link(obj)
+    def task_link(self, obj):
+        return _task_id_link(obj)
 
     @admin.display(description="decision", ordering="decision_id")
-    def decision(self, obj):
+    def decision_link(self, obj):
         return id_link(Decision, "decision_id", obj.decision_id)
 
 
 @admin.register(CommerceSession)
 class CommerceSessionAdmin(ReadOnlyModelAdmin):
-    list_display = ("session_id", "task", "agent_id", "delegation", "merchant", "currency", "amount_limit",
+    list_display = ("session_id", "task_link", "agent_id", "delegation_link", "merchant", "currency", "amount_limit",
                     "reserved_amount", "spent_amount", "status", "expires_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, id_filter("delegation", "delegation_id"), "status", "currency",
                    "created_at", "expires_at")
@@ -236,14 +236,14 @@ class CommerceSessionAdmin(ReadOnlyModelAdmin):
     linked_fields = ("payments",)
 
     @admin.display(description="task", ordering="task_id")
-    def task(self, obj):
-        return task_link(obj)
+    def task_link(self, obj):
+        return _task_id_link(obj)
 
     @admin.display(description="delegation", ordering="delegation_id")
-    def delegation(self, obj):
+    def delegation_link(self, obj):
         return id_link(Delegation, "delegation_id", obj.delegation_id)
 
     @admin.display(description="payments")
     def payments(self, obj):
-        return id_link(Payment, "session_id", obj.session_id)
+        return id_link(Payment, "session_id", obj.session_id, "payments on this session")
 

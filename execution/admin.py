@@ -196,9 +196,6 @@ class OperationAdmin(ReadOnlyModelAdmin):
     list_select_related = ("envelope",)
     linked_fields = ("receipt_record", "callback_attempts")
 
-    def get_queryset(self, request):
-        return super().get_queryset(request).select_related("receipt")
-
     @admin.display(description="action envelope", ordering="envelope_id")
     def envelope_link(self, obj):
         return admin_link(obj.envelope, obj.envelope_id)

@@ -122,7 +122,7 @@ class DelegationAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="capabilities")
     def capabilities_granted(self, obj):
-        return id_link(Capability, "delegation_id", obj.delegation_id)
+        return id_link(Capability, "delegation_id", obj.delegation_id, "capabilities granted under this delegation")
 
     @admin.display(description="signature chain")
     def signature_chain_pretty(self, obj):
@@ -144,7 +144,7 @@ class PolicySetAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="evaluations")
     def evaluations(self, obj):
-        return id_link(PolicyEvaluation, "policy_set_id", obj.policy_set_id)
+        return id_link(PolicyEvaluation, "policy_set_id", obj.policy_set_id, "evaluations under this policy set")
 
     @admin.display(description="ruleset")
     def ruleset_source(self, obj):

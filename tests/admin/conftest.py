@@ -2,7 +2,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client as DjangoClient
 
-from core.auditors import auditor_create, auditor_group_ensure
+from core.auditors import auditor_create
 
 from .world import make_admin_world
 
@@ -11,7 +11,6 @@ AUDITOR_PASSWORD = "auditor-password-0123"
 
 @pytest.fixture
 def auditor(db):
-    auditor_group_ensure()
     return auditor_create(username="alice-auditor", password=AUDITOR_PASSWORD)
 
 

@@ -1,0 +1,104 @@
+"""The ledger in the admin: chain position on each event, and "Verify ledger" naming the first broken link."""
+
+from django.contrib.auth.models import User
+from django.contrib.messages import get_messages
+from django.test import Client as DjangoClient
+
+from core.admin_base import change_url
+from core.models import LedgerEvent
+
+CHANGELIST = "/admin/core/ledgerevent/"
+VERIFY = "/admin/core/ledgerevent/verify/"
+
+
+def messages_of(response) -> list[tuple[str, str]]:
+    return [(m.level_tag, str(m)) for m in get_messages(response.wsgi_request)]
+
+
+def test_it_offers_the_verify_button_on_the_ledger_list(auditor_client, admin_world):
+    response = auditor_client.get(CHANGELIST)
+
+    assert response.status_code == 200
+    assert b'id="verify-ledger"' in response.content
+    assert f'action="{VERIFY}"'.encode() in response.content
+
+
+def test_it_reports_a_ledger_that_verifies(auditor_client, admin_world):
+    total = LedgerEvent.objects.count()
+
+    response = auditor_client.post(VERIFY)
+
+    assert response.status_code == 302 and response["Location"] == CHANGELIST
+    assert messages_of(response) == [("success", f"Ledger verified: all {total} events chain correctly "
+                                                 f"(head hash {LedgerEvent.objects.order_by('-sequence')[0].hash}).")]
+    assert LedgerEvent.objects.count() == total  # verifying writes nothing
+
+
+def test_it_names_the_first_broken_link_of_a_tampered_ledger(auditor_client, admin_world):
+    tampered = admin_world.events[1]
+    LedgerEvent.objects.filter(sequence=tampered.sequence).update(payload={"rewritten": True})
+
+    response = auditor_client.post(VERIFY)
+
+    [(level, text)] = messages_of(response)
+    assert level == "error"
+    assert "FAILED: the first broken link is event" in text
+    assert f'<a href="{change_url(tampered)}">#{tampered.sequence}</a>' in text
+    assert f"({tampered.sequence - 1} events before it verified)" in text
+
+
+def test_it_reports_events_cut_from_the_tail(auditor_client, admin_world):
+    last = LedgerEvent.objects.order_by("-sequence")[0]
+    sequence = last.sequence
+    last.delete()
+
+    response = auditor_client.post(VERIFY)
+
+    [(level, text)] = messages_of(response)
+    assert level == "error"
+    assert f"FAILED at sequence {sequence}" in text
+    assert "no longer in the table" in text
+
+
+def test_it_refuses_a_get_on_verify(auditor_client, admin_world):
+    assert auditor_client.get(VERIFY).status_code == 405
+
+
+def test_it_refuses_verify_to_staff_who_cannot_view_the_ledger(db, admin_world):
+    user = User.objects.create_user(username="intern", password="x", is_staff=True)
+    client = DjangoClient()
+    client.force_login(user)
+
+    assert client.post(VERIFY).status_code == 403
+    assert DjangoClient().post(VERIFY).status_code == 302  # anonymous: to the login page
+
+
+def test_it_shows_an_event_with_its_chain_position(auditor_client, admin_world):
+    first, middle, last = admin_world.events[-3:]
+
+    page = auditor_client.get(change_url(middle)).content.decode()
+
+    assert middle.prev_hash == first.hash
+    assert f"<div class=\"readonly\">{middle.prev_hash}</div>" in page
+    assert f"<div class=\"readonly\">{middle.hash}</div>" in page
+    assert f'<a href="{change_url(first)}">← #{first.sequence}</a>' in page
+    assert f'<a href="{change_url(last)}">#{last.sequence} →</a>' in page
+    assert "intact: extends its predecessor, and its hashes recompute" in page
+    assert f"decision {admin_world.world.decision.decision_id}" in page  # the resource, linked
+
+
+def test_it_flags_a_tampered_event_on_its_own_page(auditor_client, admin_world):
+    event = admin_world.events[0]
+    LedgerEvent.objects.filter(sequence=event.sequence).update(payload={"rewritten": True})
+
+    page = auditor_client.get(change_url(event)).content.decode()
+
+    assert "broken: payload does not hash to payload_hash" in page
+
+
+def test_it_filters_the_ledger_by_resource(auditor_client, admin_world):
+    envelope_event = admin_world.events[-1]
+
+    response = auditor_client.get(CHANGELIST, {"resource_id": envelope_event.resource_id})
+
+    assert [e.sequence for e in response.context["cl"].result_list] == [envelope_event.sequence]
