@@ -60,7 +60,8 @@ class Operation(ConcurrentTransitionMixin, models.Model):
     executor = models.CharField(max_length=256, blank=True, default="")
     connector = models.CharField(max_length=16, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
-    completed_at = models.DateTimeField(null=True, blank=True)
+    # Indexed: callback recovery looks only at operations that ended recently.
+    completed_at = models.DateTimeField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
