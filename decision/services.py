@@ -142,12 +142,14 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     to evaluate is recorded as ``allow: false`` with the error among the reasons.
     """
     evaluation_id = evaluation_id or new_id("pev")
-    policy_set = PolicySet.objects.filter(policy_set_id=policy_set_id).first()
-    task = Task.objects.filter(task_id=task_id).first()
+    # The hot path of the Decision API: read only the columns the evaluation needs.
+    policy_set = (PolicySet.objects.filter(policy_set_id=policy_set_id)
+                  .only("policy_set_id", "status", "ruleset", "ruleset_hash", "effective_from", "expires_at")
+                  .first())
     missing = {}
     if policy_set is None:
         missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
-    if task is None:
+    if not Task.objects.filter(task_id=task_id).exists():
         missing["task_id"] = [f"No task with id {task_id!r}."]
     if missing:
         raise errors.invalid_fields(missing)
@@ -162,7 +164,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     warnings = _policy_set_warnings(policy_set, now)
     with _unique("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic():
         evaluation = PolicyEvaluation.objects.create(
-            evaluation_id=evaluation_id, policy_set=policy_set, task=task, agent_id=agent_id, input=input,
+            evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
             input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
             require_approval=outcome.require_approval, warnings=warnings, evaluated_at=now,
             created_at=_created_at(created_at, now))

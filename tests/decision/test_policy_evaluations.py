@@ -3,6 +3,8 @@
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -211,3 +213,17 @@ def test_it_lists_filters_and_retrieves_evaluations(api, django_assert_num_queri
     assert one.json() == listed.json()["items"][0]
     assert api.get("/agp/policy-evaluations?bogus=1").status_code == 400
     assert api.get("/agp/policy-evaluations/missing").status_code == 404
+
+
+def test_it_evaluates_in_a_fixed_number_of_queries(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+    api.post("/agp/policy-evaluations", body(policy_set, task), format="json")  # compiles and caches the ruleset
+
+    with CaptureQueriesContext(connection) as queries:
+        response = api.post("/agp/policy-evaluations", body(policy_set, task), format="json")
+
+    assert response.status_code == 201
+    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    # policy set, task exists | evaluation row | ledger: head lock, event, head move (+ savepoint pair in tests)
+    assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == [
+        "SELECT", "SELECT", "INSERT", "SELECT", "INSERT", "UPDATE"]
