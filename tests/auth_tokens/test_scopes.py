@@ -10,16 +10,14 @@ exceptions, written out below independently of the views' own declarations:
 - GET operations: any of the execution and decision read/write scopes.
 """
 
-from dataclasses import dataclass
-
 import pytest
-from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
 from auth_tokens.scopes import ALL_SCOPES
 from core.models import LedgerEvent
 
 from .helpers import assert_insufficient_scope, assert_unauthenticated
+from .routes import Operation, fill_route, discover
 
 pytestmark = pytest.mark.django_db
 
@@ -36,9 +34,6 @@ WRITE_EXCEPTIONS = {
     "revocations": {"agp.revocation.write"},
 }
 OPERATION_READERS = {"agp.execution.read", "agp.execution.write", "agp.decision.read", "agp.decision.write"}
-OPEN_ROUTES = {"/agp/openapi.json"}
-WRITE_METHODS = ("POST", "PATCH", "PUT", "DELETE")
-SAMPLE_IDS = ("1", "sample-id")
 
 
 def expected_scopes(collection: str, method: str) -> set[str]:
@@ -50,100 +45,6 @@ def expected_scopes(collection: str, method: str) -> set[str]:
     if method == "POST" and collection in WRITE_EXCEPTIONS:
         return WRITE_EXCEPTIONS[collection]
     return {f"agp.{group}.write"}
-
-
-@dataclass(frozen=True)
-class Operation:
-    method: str
-    path: str
-    route: str
-    view: object
-
-    @property
-    def collection(self) -> str:
-        return self.path.removeprefix("/agp/").split("/")[0]
-
-    def __str__(self):
-        return f"{self.method} /{_fill(self.route, lambda name: '{' + name + '}')}"
-
-
-def _pattern_text(pattern) -> str:
-    return str(pattern.pattern).lstrip("^").rstrip("$").replace("\\Z", "").replace("\\.", ".")
-
-
-def _fill(route: str, value) -> str:
-    """The route with every named group ``(?P<name>...)`` or converter ``<conv:name>`` replaced
-    by ``value`` (a string, or a function of the parameter's name)."""
-    out, i = [], 0
-    while i < len(route):
-        if route.startswith("(?P<", i):
-            name = route[i + 4:route.index(">", i)]
-            depth, j = 0, i
-            while j < len(route):
-                if route[j] == "\\":
-                    j += 2
-                    continue
-                depth += route[j] == "("
-                depth -= route[j] == ")"
-                j += 1
-                if depth == 0:
-                    break
-            out.append(value(name) if callable(value) else value)
-            i = j
-        elif route[i] == "<":
-            name = route[i + 1:route.index(">", i)].split(":")[-1]
-            out.append(value(name) if callable(value) else value)
-            i = route.index(">", i) + 1
-        else:
-            out.append(route[i])
-            i += 1
-    return "".join(out)
-
-
-def _walk(patterns, prefix: str = ""):
-    for entry in patterns:
-        text = prefix + _pattern_text(entry)
-        if isinstance(entry, URLResolver):
-            yield from _walk(entry.url_patterns, text)
-        elif isinstance(entry, URLPattern):
-            yield text, entry
-
-
-def _methods(callback) -> list[str]:
-    actions = getattr(callback, "actions", None)
-    if actions is not None:  # a DRF viewset route: method -> action
-        return sorted(m.upper() for m in actions if m.upper() in ("GET", *WRITE_METHODS))
-    view_class = getattr(callback, "cls", None)
-    if view_class is not None:  # a DRF APIView
-        return sorted(m.upper() for m in ("get", "post", "patch", "put", "delete") if hasattr(view_class, m))
-    return []
-
-
-def _concrete_path(route: str, callback) -> str:
-    for value in SAMPLE_IDS:
-        path = "/" + _fill(route, value)
-        try:
-            match = get_resolver().resolve(path)
-        except Exception:
-            continue
-        if match.func is callback:
-            return path
-    raise AssertionError(f"cannot build a sample path for {route}")
-
-
-def discover() -> tuple[list[Operation], list[str]]:
-    """Every (method, path) under /agp/, and the /agp/ routes that are not DRF views."""
-    operations, not_drf = [], []
-    for route, pattern in _walk(get_resolver().url_patterns):
-        if not route.startswith("agp/") or "/" + route in OPEN_ROUTES:
-            continue
-        methods = _methods(pattern.callback)
-        if not methods:
-            not_drf.append(route)
-            continue
-        path = _concrete_path(route, pattern.callback)
-        operations.extend(Operation(method, path, route, pattern.callback) for method in methods)
-    return operations, not_drf
 
 
 OPERATIONS, NOT_DRF_ROUTES = discover()
@@ -204,7 +105,7 @@ def test_it_needs_no_token_when_authentication_is_off(op, settings):
 
 
 def test_it_fills_route_parameters_for_regex_and_converter_routes():
-    assert _fill("agp/tasks/(?P<task_id>[A-Za-z0-9._:-]{1,128})", "1") == "agp/tasks/1"
-    assert _fill("agp/replay/<str:action_id>", "x") == "agp/replay/x"
-    assert _fill("agp/x/(?P<a>(b|c)\\))/y", "1") == "agp/x/1/y"
-    assert _fill("agp/tasks/(?P<task_id>[a-z]+)", lambda name: f"{{{name}}}") == "agp/tasks/{task_id}"
+    assert fill_route("agp/tasks/(?P<task_id>[A-Za-z0-9._:-]{1,128})", "1") == "agp/tasks/1"
+    assert fill_route("agp/replay/<str:action_id>", "x") == "agp/replay/x"
+    assert fill_route("agp/x/(?P<a>(b|c)\\))/y", "1") == "agp/x/1/y"
+    assert fill_route("agp/tasks/(?P<task_id>[a-z]+)", lambda name: f"{{{name}}}") == "agp/tasks/{task_id}"

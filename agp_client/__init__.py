@@ -1,0 +1,42 @@
+"""Python client of the AGP agent governance service.
+
+Depends only on ``requests`` (``verify_signature`` also uses ``cryptography`` and
+``rfc8785``, imported when first used). See the README section "Client library".
+"""
+
+__version__ = "0.1.0"
+
+from .client import AGPClient  # noqa: E402
+from .errors import (  # noqa: E402
+    AGPError,
+    AuthenticationError,
+    ConflictError,
+    DelegationHopLimitError,
+    DelegationScopeViolationError,
+    IdempotencyInProgressError,
+    IdempotencyKeyMismatchError,
+    ImpactAssessmentRequiredError,
+    InvalidTransitionError,
+    MethodNotAllowedError,
+    NotFoundError,
+    OperationTimeoutError,
+    PayloadTooLargeError,
+    PrerequisiteFailedError,
+    RateLimitedError,
+    ScopeError,
+    ServerError,
+    TransportError,
+    UnavailableError,
+    UnsupportedMediaTypeError,
+    ValidationError,
+)
+from .signatures import payload_hash, verify_signature  # noqa: E402
+
+__all__ = [
+    "AGPClient", "AGPError", "AuthenticationError", "ConflictError", "DelegationHopLimitError",
+    "DelegationScopeViolationError", "IdempotencyInProgressError", "IdempotencyKeyMismatchError",
+    "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError", "NotFoundError",
+    "OperationTimeoutError", "PayloadTooLargeError", "PrerequisiteFailedError", "RateLimitedError", "ScopeError",
+    "ServerError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError", "ValidationError",
+    "payload_hash", "verify_signature",
+]

@@ -1,0 +1,164 @@
+"""Resource-style access to every AGP collection (CONTRACT C1 paths under ``/agp/``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from .errors import OperationTimeoutError
+
+if TYPE_CHECKING:
+    from .client import AGPClient
+
+TERMINAL_OPERATION_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def _segment(value: Any) -> str:
+    return quote(str(value), safe="")
+
+
+class ReadOnlyResource:
+    """``get`` and ``list`` of one collection."""
+
+    def __init__(self, client: AGPClient, collection: str):
+        self._client = client
+        self.collection = collection
+        self.path = f"/agp/{collection}"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path}>"
+
+    def get(self, resource_id: str | int) -> dict[str, Any]:
+        """``GET /agp/<collection>/{id}``."""
+        return self._client.request("GET", f"{self.path}/{_segment(resource_id)}").data
+
+    def page(self, *, cursor: str | None = None, limit: int | None = None, **filters: Any) -> dict[str, Any]:
+        """One page: ``{"items": [...], "next_cursor": str | None}``, newest first."""
+        params = {name: value for name, value in filters.items() if value is not None}
+        if cursor is not None:
+            params["cursor"] = cursor
+        if limit is not None:
+            params["limit"] = limit
+        return self._client.request("GET", self.path, params=params).data
+
+    def list(self, *, page_size: int | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every matching resource, newest first, fetching pages as the iteration goes.
+
+        ``filters`` are the collection's exact-match query parameters (``task_id=...``,
+        ``status=...``); ``page_size`` is the ``limit`` of each page (1-200).
+        """
+        cursor = None
+        while True:
+            page = self.page(cursor=cursor, limit=page_size, **filters)
+            yield from page["items"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+
+class Resource(ReadOnlyResource):
+    """``create``, ``get`` and ``list`` of one collection."""
+
+    def create(self, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
+        """``POST /agp/<collection>``; the created resource. A retried create is executed once."""
+        return self._client.request("POST", self.path, json=fields, idempotency_key=idempotency_key).data
+
+    def _patch(self, resource_id: str, fields: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
+        return self._client.request("PATCH", f"{self.path}/{_segment(resource_id)}", json=fields,
+                                    idempotency_key=idempotency_key).data
+
+
+class PolicySets(Resource):
+    def update(self, policy_set_id: str, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
+        """``PATCH /agp/policy-sets/{id}`` (the service accepts only ``status``)."""
+        return self._patch(policy_set_id, fields, idempotency_key)
+
+    def deprecate(self, policy_set_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Move an active policy set to ``deprecated``."""
+        return self.update(policy_set_id, status="deprecated", idempotency_key=idempotency_key)
+
+    def revoke(self, policy_set_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Move a deprecated policy set to ``revoked`` (final)."""
+        return self.update(policy_set_id, status="revoked", idempotency_key=idempotency_key)
+
+
+class Decisions(Resource):
+    def finalise(self, decision_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """``PATCH /agp/decisions/{id}`` with ``{"status": "finalised"}``."""
+        return self._patch(decision_id, {"status": "finalised"}, idempotency_key)
+
+    finalize = finalise
+
+
+class Escalations(Resource):
+    def resolve(self, escalation_id: str, *, outcome: str, resolved_by: str, resolution_notes: str | None = None,
+                idempotency_key: str | None = None) -> dict[str, Any]:
+        """Resolve an open escalation: ``outcome`` is ``upheld``, ``dismissed`` or ``partially_upheld``."""
+        fields = {"status": "resolved", "outcome": outcome, "resolved_by": resolved_by}
+        if resolution_notes is not None:
+            fields["resolution_notes"] = resolution_notes
+        return self._patch(escalation_id, fields, idempotency_key)
+
+
+class ActionEnvelopes(ReadOnlyResource):
+    def validate(self, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Validate only (``Prefer: return=representation``): the envelope as it would execute.
+
+        Nothing is reserved or executed; a failed check raises ``PrerequisiteFailedError``
+        listing every failed check.
+        """
+        return self._client.request("POST", self.path, json=fields, idempotency_key=idempotency_key,
+                                    headers={"Prefer": "return=representation"}).data
+
+    def submit(self, *, callback_url: str | None = None, idempotency_key: str | None = None,
+               **fields: Any) -> dict[str, Any]:
+        """Validate and execute (``Prefer: respond-async``): the pending Operation.
+
+        Follow it with ``client.operations.wait(operation["operation_id"])``.
+        """
+        if callback_url is not None:
+            fields["callback_url"] = callback_url
+        return self._client.request("POST", self.path, json=fields, idempotency_key=idempotency_key,
+                                    headers={"Prefer": "respond-async"}).data
+
+
+class Operations:
+    """``GET /agp/operations/{id}`` and waiting for an operation to end."""
+
+    path = "/agp/operations"
+
+    def __init__(self, client: AGPClient):
+        self._client = client
+
+    def get(self, operation_id: str) -> dict[str, Any]:
+        """The Operation: ``status`` (pending, running, succeeded, failed, cancelled), ``error``, URLs."""
+        return self._client.request("GET", f"{self.path}/{_segment(operation_id)}").data
+
+    def wait(self, operation: str | dict[str, Any], *, timeout: float = 60.0,
+             poll_interval: float = 0.5) -> dict[str, Any]:
+        """Poll until the operation is ``succeeded``, ``failed`` or ``cancelled``; return it.
+
+        ``operation`` is an id or an Operation (as returned by ``action_envelopes.submit``).
+        A failed operation is returned, not raised: its ``error`` holds the AGP error body.
+        Raises ``OperationTimeoutError`` after ``timeout`` seconds.
+        """
+        operation_id = operation["operation_id"] if isinstance(operation, dict) else operation
+        deadline = time.monotonic() + timeout
+        while True:
+            current = self.get(operation_id)
+            if current.get("status") in TERMINAL_OPERATION_STATUSES:
+                return current
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise OperationTimeoutError(
+                    f"Operation {operation_id} still {current.get('status')!r} after {timeout:g}s.",
+                    operation=current)
+            time.sleep(min(poll_interval, remaining))
+
+
+class LedgerEvents(Resource):
+    def verify(self) -> dict[str, Any]:
+        """Walk the hash chain: ``{"verified", "events", "head_hash", "first_broken_sequence"}``."""
+        return self._client.request("GET", f"{self.path}/verify").data

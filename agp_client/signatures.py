@@ -1,0 +1,48 @@
+"""Verifying the Ed25519 signatures of resources the service issues (CONTRACT C9).
+
+Same rules as the server: ``payload_hash`` is ``"sha256:"`` + hex SHA-256 of the RFC 8785
+canonical JSON of the resource without its ``signature`` member, and ``value`` is the
+base64url Ed25519 signature of the ASCII bytes of ``payload_hash``, made with the key whose
+``kid`` the JWKS at ``/.well-known/jwks.json`` publishes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+
+def _b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def payload_hash(resource: dict[str, Any]) -> str:
+    import rfc8785
+
+    unsigned = {key: value for key, value in resource.items() if key != "signature"}
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(unsigned)).hexdigest()
+
+
+def verify_signature(resource: dict[str, Any], jwks: dict[str, Any]) -> bool:
+    """True when ``resource["signature"]`` is a valid EdDSA signature of this very resource
+    by a key in ``jwks``; False on any mismatch (changed field, unknown key, bad value)."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    signature = resource.get("signature")
+    if not isinstance(signature, dict) or signature.get("alg") != "EdDSA":
+        return False
+    claimed = signature.get("payload_hash")
+    if not isinstance(claimed, str) or payload_hash(resource) != claimed:
+        return False
+    for jwk in jwks.get("keys", []):
+        if jwk.get("kid") != signature.get("kid") or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
+            continue
+        try:
+            key = Ed25519PublicKey.from_public_bytes(_b64url_decode(jwk["x"]))
+            key.verify(_b64url_decode(str(signature.get("value", ""))), claimed.encode("ascii"))
+        except (InvalidSignature, ValueError, KeyError, TypeError):
+            return False
+        return True
+    return False
