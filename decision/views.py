@@ -1,8 +1,9 @@
 """The Decision API: thin viewsets that parse, call one service, render (CONTRACT C7)."""
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
+from agp_project.http.schema import ErrorEnvelopeSerializer, ExactFilterSchema, KeysetPaginationSchema
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from . import selectors, services
@@ -20,10 +21,43 @@ from .serializers import (
 )
 
 
+COMMON_ERRORS = {
+    400: "AGP_INVALID_REQUEST: malformed body, unknown or read-only field, bad enum, or a reference to a "
+         "record that does not exist (`details.fields`).",
+    401: "AGP_UNAUTHENTICATED.",
+    403: "AGP_INSUFFICIENT_SCOPE (`details.required_scopes`).",
+    503: "AGP_UNAVAILABLE: the database is unreachable; nothing was written.",
+}
+
+
+def _errors(**extra: str) -> dict[int, OpenApiResponse]:
+    described = {**COMMON_ERRORS, **{int(code[1:]): text for code, text in extra.items()}}
+    return {code: OpenApiResponse(ErrorEnvelopeSerializer, description=text) for code, text in sorted(described.items())}
+
+
+def documented(serializer, *, create: dict[str, str] | None = None, patch=None, patch_errors=None):
+    """``extend_schema_view`` for a Decision API viewset: bodies and every error status."""
+    not_found = {"e404": "AGP_NOT_FOUND: no such id."}
+    views = {
+        "list": extend_schema(responses={200: serializer, **_errors()}),
+        "retrieve": extend_schema(responses={200: serializer, **_errors(**not_found)}),
+        "create": extend_schema(request=serializer, responses={
+            201: serializer, **_errors(**{"e409": "AGP_CONFLICT: the id already exists.", **(create or {})})}),
+    }
+    if patch is not None:
+        views["partial_update"] = extend_schema(request=patch, responses={
+            200: serializer, **_errors(**not_found, **(patch_errors or {}))})
+    return extend_schema_view(**views)
+
+
 class DecisionGroupViewSet(CreateMixin, AGPViewSet):
     scope_group = "decision"
+    # Schema only: AGPViewSet.list paginates and filters itself (agp_project/http/schema.py).
+    pagination_class = KeysetPaginationSchema
+    filter_backends = [ExactFilterSchema]
 
 
+@documented(ContextSerializer)
 class ContextViewSet(DecisionGroupViewSet):
     """Task-scoped context records with a server-computed ``content_hash``."""
 
@@ -37,6 +71,7 @@ class ContextViewSet(DecisionGroupViewSet):
         return services.context_create(actor=actor, **validated)
 
 
+@documented(EvidenceBundleSerializer)
 class EvidenceBundleViewSet(DecisionGroupViewSet):
     """Task-scoped evidence bundles with a server-computed ``bundle_hash``."""
 
@@ -50,6 +85,8 @@ class EvidenceBundleViewSet(DecisionGroupViewSet):
         return services.evidence_bundle_create(actor=actor, **validated)
 
 
+@documented(PolicyEvaluationSerializer, create={
+    "e422": "AGP_PREREQUISITE_FAILED: the policy set is revoked (check `policy_set_not_revoked`)."})
 class PolicyEvaluationViewSet(DecisionGroupViewSet):
     """Rego evaluations of a policy set's ruleset for a task (refused for revoked sets)."""
 
@@ -64,6 +101,10 @@ class PolicyEvaluationViewSet(DecisionGroupViewSet):
         return services.policy_evaluation_create(actor=actor, **validated)
 
 
+@documented(DecisionSerializer, patch=DecisionStatusSerializer, patch_errors={
+    "e409": "AGP_INVALID_TRANSITION: only draft -> finalised (`details.from`, `to`, `allowed`).",
+    "e422": "AGP_IMPACT_ASSESSMENT_REQUIRED (rule 5), or AGP_PREREQUISITE_FAILED: an approve over a "
+            "do_not_proceed assessment, or an evaluation of a revoked policy set (`details.failed_checks`)."})
 class DecisionViewSet(DecisionGroupViewSet):
     """Decision records: created ``draft``, finalised by PATCH (rule 5 applies)."""
 
@@ -77,13 +118,13 @@ class DecisionViewSet(DecisionGroupViewSet):
     def perform_create(self, validated, actor):
         return services.decision_create(actor=actor, **validated)
 
-    @extend_schema(request=DecisionStatusSerializer, responses=DecisionSerializer)
     def partial_update(self, request, decision_id=None):
         validated = self.parse(serializer_class=DecisionStatusSerializer)
         decision = services.decision_status_set(actor=self.actor, decision_id=decision_id, **validated)
         return Response(self.render(decision))
 
 
+@documented(ImpactAssessmentSerializer)
 class ImpactAssessmentViewSet(DecisionGroupViewSet):
     """Signed consequence assessments that rule 5 requires before finalising."""
 
@@ -98,6 +139,8 @@ class ImpactAssessmentViewSet(DecisionGroupViewSet):
         return services.impact_assessment_create(actor=actor, **validated)
 
 
+@documented(ApprovalSerializer, create={
+    "e422": "AGP_PREREQUISITE_FAILED: the approver is the decision's own agent (check `approver_independent`)."})
 class ApprovalViewSet(DecisionGroupViewSet):
     """Immutable, expiring, signed approvals of decisions (``agp.approval.write`` to create)."""
 
@@ -112,6 +155,8 @@ class ApprovalViewSet(DecisionGroupViewSet):
         return services.approval_create(actor=actor, **validated)
 
 
+@documented(EscalationSerializer, patch=EscalationResolveSerializer, patch_errors={
+    "e409": "AGP_INVALID_TRANSITION: only open -> resolved; resolved is final."})
 class EscalationViewSet(DecisionGroupViewSet):
     """Escalation notices: created ``open``, resolved once by PATCH with an outcome."""
 
@@ -125,13 +170,15 @@ class EscalationViewSet(DecisionGroupViewSet):
     def perform_create(self, validated, actor):
         return services.escalation_create(actor=actor, **validated)
 
-    @extend_schema(request=EscalationResolveSerializer, responses=EscalationSerializer)
     def partial_update(self, request, escalation_id=None):
         validated = self.parse(serializer_class=EscalationResolveSerializer)
         escalation = services.escalation_status_set(actor=self.actor, escalation_id=escalation_id, **validated)
         return Response(self.render(escalation))
 
 
+@documented(CommerceSessionSerializer, create={
+    "e409": "AGP_CONFLICT: the id already exists; AGP_DELEGATION_SCOPE_VIOLATION: outside the delegation "
+            "(agent, principal, chain, currency, spend limit, expiry; `details.violations`)."})
 class CommerceSessionViewSet(DecisionGroupViewSet):
     """Spending windows inside a delegation's spend limit; spent and reserved amounts are server-kept."""
 
