@@ -34,10 +34,18 @@ stamp="$(printf '%s' "$stamp_input" | sha256sum | cut -d' ' -f1)"
 stamp_file="$VENV/.agp-install-stamp"
 if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]; then
   echo "==> installing the pinned dependencies into $VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements.lock
-  if [ "$OWN_VENV" = 1 ]; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e .
+  pip_log="$(mktemp)"
+  # pip's chatter goes to a log that is shown only when the install fails.
+  if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check -r requirements.lock &&
+         if [ "$OWN_VENV" = 1 ]; then
+           "$VENV/bin/python" -m pip install --disable-pip-version-check --no-deps -e .
+         fi; } >"$pip_log" 2>&1; then
+    cat "$pip_log" >&2
+    rm -f "$pip_log"
+    echo "installing the dependencies failed" >&2
+    exit 1
   fi
+  rm -f "$pip_log"
   printf '%s\n' "$stamp" > "$stamp_file"
 fi
 
