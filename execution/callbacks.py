@@ -19,21 +19,30 @@ import logging
 import time
 from dataclasses import dataclass
 
+from datetime import datetime, timedelta
+
 import requests
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, Max, OuterRef
 from django.utils import timezone
 
 from core.ledger import ledger_append
+from core.models import LedgerEvent
 
 from .choices import OPERATION_TERMINAL, CallbackStatus
-from .models import CallbackAttempt, Operation
+from .models import CallbackAttempt, Operation, OutboxMessage
 from .net import UnsafeURL, http_post
+from .outbox import outbox_enqueue
 from .serializers_operations import operation_representation
 
 logger = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "AGP-Signature"
+CALLBACK_TASK = "agp.deliver_callback"
+# How long past its due time a delivery must be missing before recovery sends it again.
+RECOVERY_GRACE = timedelta(seconds=60)
+RECOVERY_LOOKBACK = timedelta(hours=1)
 SYSTEM_ACTOR = "agp-worker"
 
 
@@ -131,3 +140,44 @@ def callback_deliver(*, operation_id: str) -> DeliveryOutcome:
     if final:
         return DeliveryOutcome("abandoned", number)
     return DeliveryOutcome("retry", number, _backoff(number))
+
+
+def callbacks_recover(*, now: datetime | None = None, limit: int = 200) -> int:
+    """Re-enqueue callback deliveries whose next attempt is overdue (its message was lost).
+
+    Retries wait in the broker as countdown messages; a worker killed while holding one
+    (or the filesystem broker, which cannot redeliver) loses it. An operation that ended
+    within twice the whole retry schedule plus an hour, has a callback URL, and whose delivery is neither
+    delivered nor abandoned (the ledger records both), is due again ``backoff(n)`` after
+    attempt n (or right after it ended, with no attempt yet); overdue by more than
+    ``RECOVERY_GRACE`` plus the request timeout, it is enqueued again.
+    """
+    now = now or timezone.now()
+    max_attempts = settings.AGP_CALLBACK_MAX_ATTEMPTS
+    window = sum(_backoff(n) for n in range(1, max_attempts)) + max_attempts * settings.AGP_CALLBACK_TIMEOUT_SECONDS
+    slack = RECOVERY_GRACE + timedelta(seconds=settings.AGP_CALLBACK_TIMEOUT_SECONDS)
+    # Twice the whole retry schedule, plus an hour in case recovery itself was down.
+    lookback = 2 * timedelta(seconds=window) + slack + RECOVERY_LOOKBACK
+    settled = LedgerEvent.objects.filter(resource_type="Operation", resource_id=OuterRef("operation_id"),
+                                         event_type__in=("callback.delivered", "callback.abandoned"))
+    candidates = (Operation.objects
+                  .filter(status__in=OPERATION_TERMINAL, completed_at__gte=now - lookback,
+                          completed_at__lt=now - slack)
+                  .exclude(callback_url="")
+                  .annotate(tries=Count("callback_attempts"), last_try=Max("callback_attempts__attempted_at"),
+                            settled=Exists(settled))
+                  .filter(settled=False, tries__lt=max_attempts)
+                  .order_by("completed_at").values_list("operation_id", "completed_at", "tries", "last_try")[:limit])
+    count = 0
+    for operation_id, completed_at, tries, last_try in candidates:
+        due = completed_at if not tries else last_try + timedelta(seconds=_backoff(tries))
+        if due + slack > now:
+            continue
+        if OutboxMessage.objects.filter(task_name=CALLBACK_TASK, args=[operation_id],
+                                        created_at__gte=now - slack).exists():
+            continue  # already nudged; its message has not been worked off yet
+        with transaction.atomic():
+            outbox_enqueue(task_name=CALLBACK_TASK, args=[operation_id])
+        logger.info("recover: re-enqueued the callback of %s (after %s attempts)", operation_id, tries)
+        count += 1
+    return count

@@ -17,7 +17,7 @@ from django.db import InterfaceError, OperationalError
 
 from agp_project.errors import AGPError
 
-from .callbacks import callback_deliver
+from .callbacks import callback_deliver, callbacks_recover
 from .outbox import outbox_sweep as _outbox_sweep
 from .runner import operation_execute, operations_recover
 
@@ -61,8 +61,9 @@ def outbox_sweep() -> int:
 
 @shared_task(name="agp.recover_operations")
 def recover_operations() -> int:
-    """Re-enqueue pending operations whose message was lost and running ones whose worker died."""
-    return operations_recover()
+    """Re-enqueue pending operations whose message was lost, running ones whose worker died,
+    and callback deliveries whose retry message was lost."""
+    return operations_recover() + callbacks_recover()
 
 
 @worker_ready.connect

@@ -6,12 +6,16 @@ deliver to a receiver listening in the test process (PostgreSQL and Redis).
 
 import re
 import time
+from datetime import timedelta
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import transaction
+from django.utils import timezone
 
-from execution.callbacks import callback_deliver, callback_signature, callback_signature_verify
-from execution.models import CallbackAttempt, Operation
+from core.ledger import ledger_append
+from execution.callbacks import callback_deliver, callback_signature, callback_signature_verify, callbacks_recover
+from execution.models import CallbackAttempt, Operation, OutboxMessage
 from execution.runner import operation_execute
 from tests.execution.factories import make_world
 from tests.execution.receiver import receiver  # noqa: F401
@@ -225,3 +229,49 @@ def test_it_keeps_executing_while_a_receiver_is_down(api, live, receiver):
     wait_for(lambda: len(attempts(stuck)) >= 2, message="retried callback attempts", worker=live)
     assert all(status == "failed" for _, status, _ in attempts(stuck))
     assert Operation.objects.get(operation_id=stuck).status == "succeeded"
+
+
+# --- recovery of lost retry messages ------------------------------------------------------------
+
+def test_it_sends_again_a_delivery_whose_retry_message_was_lost(api, db, settings):
+    settings.AGP_CALLBACK_RETRY_BASE_SECONDS = 10
+    settings.AGP_CALLBACK_MAX_ATTEMPTS = 3
+    now = timezone.now()
+
+    def ended_operation(*, ended_ago, attempts=(), settled=None):
+        operation_id = submit_async(api, make_world().envelope_request(
+            callback_url="https://93.184.216.34/hook"))["operation_id"]
+        operation_execute(operation_id=operation_id, executor="worker-a")
+        Operation.objects.filter(operation_id=operation_id).update(completed_at=now - ended_ago)
+        # The message the ending enqueued was published then (and lost since).
+        OutboxMessage.objects.filter(task_name="agp.deliver_callback").update(status="published",
+                                                                              created_at=now - ended_ago)
+        for number, (status, ago) in enumerate(attempts, start=1):
+            CallbackAttempt.objects.create(operation_id=operation_id, attempt=number, url="https://93.184.216.34/hook",
+                                           status=status, attempted_at=now - ago)
+        if settled:
+            with transaction.atomic():
+                ledger_append(event_type=settled, resource_type="Operation", resource_id=operation_id,
+                              actor="test", payload={})
+        return operation_id
+
+    never_tried = ended_operation(ended_ago=timedelta(minutes=2))
+    retry_lost = ended_operation(ended_ago=timedelta(minutes=3), attempts=[("failed", timedelta(minutes=2))])
+    retry_not_due = ended_operation(ended_ago=timedelta(minutes=3), attempts=[("failed", timedelta(seconds=5))])
+    just_ended = ended_operation(ended_ago=timedelta(seconds=1))
+    delivered = ended_operation(ended_ago=timedelta(minutes=3), attempts=[("delivered", timedelta(minutes=2))],
+                                settled="callback.delivered")
+    abandoned = ended_operation(ended_ago=timedelta(minutes=3), attempts=[("failed", timedelta(minutes=2))],
+                                settled="callback.abandoned")
+    exhausted = ended_operation(ended_ago=timedelta(minutes=5), attempts=[("failed", timedelta(minutes=4))] * 3)
+    long_ago = ended_operation(ended_ago=timedelta(days=2))
+
+    def nudged():
+        return sorted(args[0] for args in OutboxMessage.objects.filter(task_name="agp.deliver_callback",
+                                                                       status="pending").values_list("args", flat=True))
+
+    assert callbacks_recover(now=now) == 2
+    assert nudged() == sorted([never_tried, retry_lost])
+    assert callbacks_recover(now=now) == 0  # its message is on its way: not twice
+    for untouched in (retry_not_due, just_ended, delivered, abandoned, exhausted, long_ago):
+        assert untouched not in nudged()
