@@ -75,10 +75,6 @@ class Claim:
     call: Call
 
 
-def _recheck(envelope: ActionEnvelope):
-    return envelope_recheck(envelope=envelope)
-
-
 def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, failed_checks: list[dict],
                         executor: str, now: datetime) -> None:
     """Inside the claim transaction: the re-check failed, so nothing executes."""
@@ -93,10 +89,10 @@ def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, faile
     operation.save()
     payment_release(action_id=envelope.action_id, actor=WORKER_ACTOR)
     ActionEnvelope.objects.filter(pk=envelope.pk).update(status=EnvelopeStatus.FAILED)
-    ledger_append(event_type="operation.failed", resource_type=OPERATION_RESOURCE, resource_id=operation.operation_id,
-                  actor=WORKER_ACTOR, payload={"action_id": envelope.action_id, "stage": "execution_recheck",
-                                               "error_code": err.code, "failed_checks": failed_checks,
-                                               "executor": executor})
+    ledger_append(event_type="operation.failed", resource_type=OPERATION_RESOURCE,
+                  resource_id=operation.operation_id, actor=WORKER_ACTOR,
+                  payload={"action_id": envelope.action_id, "stage": "execution_recheck", "error_code": err.code,
+                           "failed_checks": failed_checks, "executor": executor})
     _enqueue_callback(operation)
 
 
@@ -124,7 +120,7 @@ def operation_claim(*, operation_id: str, executor: str) -> Claim | str:
             return "busy"
 
         envelope = ActionEnvelope.objects.get(action_id=operation.envelope_id)
-        report = _recheck(envelope)
+        report = envelope_recheck(envelope=envelope)
         if not report.passed:
             _fail_prerequisites(operation=operation, envelope=envelope, failed_checks=report.failed,
                                 executor=executor, now=now)

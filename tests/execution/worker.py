@@ -2,11 +2,11 @@
 
 The worker runs against the test database (its name from
 ``connection.settings_dict["NAME"]``, passed as ``AGP_DATABASE_URL``) and a Redis broker
-(``AGP_TEST_BROKER_URL``, default ``redis://127.0.0.1:6379/3``). Each test session gets a
-queue of its own (``AGP_CELERY_QUEUE``), so two sessions sharing the Redis database never
-take each other's messages, and the session deletes its queue when it ends. The test
-process publishes to the same broker and queue: ``test_broker`` points the Celery app at
-them for the session.
+(``AGP_TEST_BROKER_URL``, else ``AGP_REDIS_TEST_URL`` as CI sets it, else
+``redis://127.0.0.1:6379/3``). Each test session gets a queue of its own
+(``AGP_CELERY_QUEUE``), so two sessions sharing the Redis database never take each other's
+messages, and the session deletes its queue when it ends. The test process publishes to
+the same broker and queue: ``test_broker`` points the Celery app at them for the session.
 
 Fixtures (import them into a test module):
 
@@ -43,7 +43,9 @@ from django.db import connection
 from agp_project.signing import get_signer
 
 REPO = Path(__file__).resolve().parents[2]
-BROKER_URL = os.environ.get("AGP_TEST_BROKER_URL", "redis://127.0.0.1:6379/3")
+# CI exports AGP_REDIS_TEST_URL; locally db 3 is execution's.
+BROKER_URL = (os.environ.get("AGP_TEST_BROKER_URL") or os.environ.get("AGP_REDIS_TEST_URL")
+              or "redis://127.0.0.1:6379/3")
 READY_TIMEOUT = 60
 BASE_URL = "http://testserver"
 
