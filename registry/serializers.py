@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agp_project.http.serializers import IdField, MoneySerializer, StrictSerializer
+from agp_project.http.serializers import IdField, MoneySerializer, SignatureSerializer, StrictSerializer
 
 from .choices import (
     ActionClass,
@@ -43,15 +43,6 @@ def _unique(values: list, field: str) -> list:
     return values
 
 
-class SignatureSerializer(serializers.Serializer):
-    alg = serializers.CharField()
-    kid = serializers.CharField()
-    issuer = serializers.CharField()
-    issued_at = serializers.CharField()
-    payload_hash = serializers.CharField()
-    value = serializers.CharField()
-
-
 class AgentField(serializers.CharField):
     """An agent or principal identifier (free text: DIDs, URIs, e-mail addresses)."""
 
@@ -77,7 +68,9 @@ class DelegationConstraintsSerializer(StrictSerializer):
     max_hops_remaining = serializers.IntegerField(min_value=0, max_value=MAX_HOPS, required=False)
 
 
-class DelegationSerializer(StrictSerializer):
+class DelegationChainSerializer(StrictSerializer):
+    """One link of a delegation chain; the server finds ``parent_delegation_id`` (C5)."""
+
     type_name = "DelegationChain"
 
     delegation_id = IdField(required=False)
@@ -117,6 +110,8 @@ def delegation_link_payload(representation: dict, *, includes_own_signature: boo
 
 # --- policy sets --------------------------------------------------------------------------
 class PolicySetSerializer(StrictSerializer):
+    """A versioned Rego ``ruleset`` with its verified ``ruleset_hash``; created ``active`` (C6)."""
+
     type_name = "PolicySet"
 
     policy_set_id = IdField(required=False)
@@ -164,6 +159,8 @@ class PolicySetStatusSerializer(StrictSerializer):
 
 # --- tasks --------------------------------------------------------------------------------
 class TaskSerializer(StrictSerializer):
+    """A unit of work an agent performs for a root principal (C7, C11)."""
+
     type_name = "Task"
 
     task_id = IdField(required=False)
@@ -247,6 +244,8 @@ class ParameterRangesField(serializers.Field):
 
 
 class CapabilitySerializer(StrictSerializer):
+    """Use of a tool's operations by an agent, derived from a delegation that covers ``tool_id:operation``."""
+
     type_name = "Capability"
 
     capability_id = IdField(required=False)
@@ -277,6 +276,8 @@ class HttpUrlField(serializers.URLField):
 
 
 class SkillSerializer(StrictSerializer):
+    """The connector (``noop``, ``http``, ``external``) that executes an agent's ``tool_id``."""
+
     type_name = "Skill"
 
     skill_id = IdField(required=False)
@@ -299,6 +300,8 @@ class SkillSerializer(StrictSerializer):
 
 # --- liability bindings -------------------------------------------------------------------
 class LiabilityBindingSerializer(StrictSerializer):
+    """Who answers for an agent's actions for a root principal, and up to what ``coverage``."""
+
     type_name = "LiabilityBinding"
 
     binding_id = IdField(required=False)
@@ -313,6 +316,8 @@ class LiabilityBindingSerializer(StrictSerializer):
 
 # --- revocations --------------------------------------------------------------------------
 class RevocationSerializer(StrictSerializer):
+    """An immediate, irreversible, cascading revocation of a delegation, capability, agent, skill or binding."""
+
     type_name = "Revocation"
 
     revocation_id = IdField(required=False)

@@ -39,7 +39,7 @@ from . import selectors
 from .choices import ActionClass, ActiveStatus, Connector, PolicySetStatus, RevocationTarget, RiskLevel, TaskStatus
 from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_segment
 from .scopes import scope_covers, tool_scope
-from .serializers import DelegationSerializer, PolicySetSerializer, delegation_link_payload
+from .serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
 
 # Client clocks drift; a timestamp further ahead than this is refused (as C8 check 10).
 FUTURE_SKEW = timedelta(seconds=60)
@@ -177,7 +177,7 @@ def delegation_create(
             status=ActiveStatus.ACTIVE, created_at=created_at)
         # The link's signature covers the rendered link with the parent's signature chain.
         delegation.signature = sign_resource(delegation_link_payload(
-            DelegationSerializer(delegation).data, includes_own_signature=False))
+            DelegationChainSerializer(delegation).data, includes_own_signature=False))
         delegation.signature_chain = [*delegation.signature_chain, delegation.signature["value"]]
         _insert(delegation, id_field="delegation_id", type_name="delegation")
         delegation.path = (parent.path if parent else "") + path_segment(delegation.pk)

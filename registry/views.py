@@ -1,15 +1,16 @@
 """Registry API viewsets (CONTRACT C1, C5, C6, C9, C11): parse, call one service, render."""
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
+from agp_project.http.schema import ErrorEnvelopeSerializer, ExactFilterSchema, KeysetPaginationSchema
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from . import services
 from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
 from .serializers import (
     CapabilitySerializer,
-    DelegationSerializer,
+    DelegationChainSerializer,
     LiabilityBindingSerializer,
     PolicySetSerializer,
     PolicySetStatusSerializer,
@@ -19,16 +20,53 @@ from .serializers import (
 )
 
 
+COMMON_ERRORS = {
+    400: "AGP_INVALID_REQUEST: malformed body, unknown or read-only field, bad enum, or a reference to a "
+         "record that does not exist (`details.fields`).",
+    401: "AGP_UNAUTHENTICATED.",
+    403: "AGP_INSUFFICIENT_SCOPE (`details.required_scopes`).",
+    503: "AGP_UNAVAILABLE: the database is unreachable; nothing was written.",
+}
+NOT_FOUND = "AGP_NOT_FOUND: no such id."
+DUPLICATE = "AGP_CONFLICT: the id already exists."
+
+
+def _errors(extra: dict[int, str] | None = None) -> dict[int, OpenApiResponse]:
+    described = {**COMMON_ERRORS, **(extra or {})}
+    return {code: OpenApiResponse(ErrorEnvelopeSerializer, description=text) for code, text in sorted(described.items())}
+
+
+def documented(serializer, *, conflict: str = DUPLICATE, patch=None, patch_conflict: str | None = None):
+    """``extend_schema_view`` for a registry viewset: request and response bodies, every error status."""
+    views = {
+        "list": extend_schema(responses={200: serializer, **_errors()}),
+        "retrieve": extend_schema(responses={200: serializer, **_errors({404: NOT_FOUND})}),
+        "create": extend_schema(request=serializer, responses={201: serializer, **_errors({409: conflict})}),
+    }
+    if patch is not None:
+        views["partial_update"] = extend_schema(request=patch, responses={
+            200: serializer, **_errors({404: NOT_FOUND, 409: patch_conflict})})
+    return extend_schema_view(**views)
+
+
 class RegistryViewSet(CreateMixin, AGPViewSet):
     scope_group = "registry"
     http_method_names = ["get", "post", "head", "options"]
+    # Schema only: AGPViewSet.list paginates and filters itself (agp_project/http/schema.py).
+    pagination_class = KeysetPaginationSchema
+    filter_backends = [ExactFilterSchema]
 
+
+@documented(DelegationChainSerializer, conflict=(
+    "AGP_DELEGATION_SCOPE_VIOLATION (no usable parent covers the scope; cycle; spend or expiry beyond the "
+    "parent's), AGP_DELEGATION_HOP_LIMIT (the parent has no hops left, or more were asked), or AGP_CONFLICT "
+    "(duplicate id; the delegate is a revoked agent)."))
 
 class DelegationViewSet(RegistryViewSet):
     """Delegation links (``DelegationChain``): the server finds the parent and attenuates (C5)."""
 
     queryset = Delegation.objects.all()
-    serializer_class = DelegationSerializer
+    serializer_class = DelegationChainSerializer
     collection = "delegations"
     lookup_field = "delegation_id"
     filter_fields = {"root_principal": "root_principal", "delegator_agent": "delegator_agent",
@@ -38,6 +76,9 @@ class DelegationViewSet(RegistryViewSet):
         return services.delegation_create(actor=actor, **validated)
 
 
+@documented(PolicySetSerializer, patch=PolicySetStatusSerializer, patch_conflict=(
+    "AGP_INVALID_TRANSITION: only active -> deprecated -> revoked (`details.from`, `details.to`, "
+    "`details.allowed`)."))
 class PolicySetViewSet(RegistryViewSet):
     """Versioned Rego rulesets; ``PATCH`` moves ``status`` forward only (C6)."""
 
@@ -52,9 +93,6 @@ class PolicySetViewSet(RegistryViewSet):
     def perform_create(self, validated, actor):
         return services.policy_set_create(actor=actor, **validated)
 
-    @extend_schema(request=PolicySetStatusSerializer, responses=PolicySetSerializer,
-                   description="Move the policy set to `deprecated` (from `active`) or `revoked` "
-                               "(from `deprecated`); every other move is 409 AGP_INVALID_TRANSITION.")
     def partial_update(self, request, *args, **kwargs):
         validated = self.parse(serializer_class=PolicySetStatusSerializer)
         instance = services.policy_set_transition(actor=self.actor, policy_set_id=kwargs[self.lookup_field],
@@ -62,6 +100,7 @@ class PolicySetViewSet(RegistryViewSet):
         return Response(self.render(instance))
 
 
+@documented(TaskSerializer)
 class TaskViewSet(RegistryViewSet):
     queryset = Task.objects.all()
     serializer_class = TaskSerializer
@@ -74,6 +113,9 @@ class TaskViewSet(RegistryViewSet):
         return services.task_create(actor=actor, **validated)
 
 
+@documented(CapabilitySerializer, conflict=(
+    "AGP_DELEGATION_SCOPE_VIOLATION (the delegation is not usable, not held by `agent_id`, does not cover "
+    "every `tool_id:operation`, or expires earlier) or AGP_CONFLICT (duplicate id)."))
 class CapabilityViewSet(RegistryViewSet):
     queryset = Capability.objects.all()
     serializer_class = CapabilitySerializer
@@ -86,6 +128,7 @@ class CapabilityViewSet(RegistryViewSet):
         return services.capability_create(actor=actor, **validated)
 
 
+@documented(LiabilityBindingSerializer, conflict="AGP_CONFLICT: duplicate id, or the agent is revoked.")
 class LiabilityBindingViewSet(RegistryViewSet):
     queryset = LiabilityBinding.objects.all()
     serializer_class = LiabilityBindingSerializer
@@ -98,6 +141,7 @@ class LiabilityBindingViewSet(RegistryViewSet):
         return services.liability_binding_create(actor=actor, **validated)
 
 
+@documented(SkillSerializer, conflict="AGP_CONFLICT: duplicate id, or the agent is revoked.")
 class SkillViewSet(RegistryViewSet):
     queryset = Skill.objects.all()
     serializer_class = SkillSerializer
@@ -109,6 +153,7 @@ class SkillViewSet(RegistryViewSet):
         return services.skill_create(actor=actor, **validated)
 
 
+@documented(RevocationSerializer, conflict="AGP_CONFLICT: duplicate id, or the target is already revoked.")
 class RevocationViewSet(RegistryViewSet):
     """Immediate, irreversible, cascading revocations (C9); creating one needs agp.revocation.write."""
 
