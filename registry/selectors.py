@@ -74,7 +74,12 @@ def _chain_problem(delegation: Delegation, rows: dict[int, Delegation], now: dat
 
 
 def delegation_links_problem(*, links: list[Delegation], now: datetime | None = None) -> str | None:
-    """Why a chain already read with ``delegation_chain`` is not usable, or None (no query)."""
+    """Why a chain already read is not usable, or None (no query).
+
+    ``links`` (root first; None for a missing link) must carry the ``agent_revoked``
+    annotation, as ``delegation_chain`` and ``delegation_usable_with_chain`` return them;
+    a link without it raises rather than pass unchecked.
+    """
     now = now or timezone.now()
     return next((problem for problem in (_link_problem(link, now) for link in links) if problem), None)
 
