@@ -3,7 +3,16 @@
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
-from .choices import ActionClass, ActiveStatus, AttestationLevel, Connector, PolicySetStatus, RevocationTarget, RiskLevel, TaskStatus
+from .choices import (
+    ActionClass,
+    ActiveStatus,
+    AttestationLevel,
+    Connector,
+    PolicySetStatus,
+    RevocationTarget,
+    RiskLevel,
+    TaskStatus,
+)
 
 
 class Task(models.Model):

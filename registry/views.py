@@ -33,7 +33,8 @@ DUPLICATE = "AGP_CONFLICT: the id already exists."
 
 def _errors(extra: dict[int, str] | None = None) -> dict[int, OpenApiResponse]:
     described = {**COMMON_ERRORS, **(extra or {})}
-    return {code: OpenApiResponse(ErrorEnvelopeSerializer, description=text) for code, text in sorted(described.items())}
+    return {code: OpenApiResponse(ErrorEnvelopeSerializer, description=text)
+            for code, text in sorted(described.items())}
 
 
 def documented(serializer, *, conflict: str = DUPLICATE, patch=None, patch_conflict: str | None = None):

@@ -1,6 +1,6 @@
 """Registry test data, made through the services (so every row is as the API would write it)."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import count
 
 from django.utils import timezone
@@ -15,7 +15,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{next(_seq)}"
 
 
-def later(**delta) -> "timezone.datetime":
+def later(**delta) -> datetime:
     return timezone.now() + timedelta(**(delta or {"days": 1}))
 
 
