@@ -13,6 +13,7 @@ from .errors import (  # noqa: E402
     ConflictError,
     DelegationHopLimitError,
     DelegationScopeViolationError,
+    ExecutionFailedError,
     IdempotencyInProgressError,
     IdempotencyKeyMismatchError,
     ImpactAssessmentRequiredError,
@@ -34,7 +35,7 @@ from .signatures import payload_hash, verify_signature  # noqa: E402
 
 __all__ = [
     "AGPClient", "AGPError", "AuthenticationError", "ConflictError", "DelegationHopLimitError",
-    "DelegationScopeViolationError", "IdempotencyInProgressError", "IdempotencyKeyMismatchError",
+    "DelegationScopeViolationError", "ExecutionFailedError", "IdempotencyInProgressError", "IdempotencyKeyMismatchError",
     "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError", "NotFoundError",
     "OperationTimeoutError", "PayloadTooLargeError", "PrerequisiteFailedError", "RateLimitedError", "ScopeError",
     "ServerError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError", "ValidationError",

@@ -153,6 +153,12 @@ class UnavailableError(ServerError):
     default_code = "AGP_UNAVAILABLE"
 
 
+class ExecutionFailedError(AGPError):
+    """The tool did not carry the action out (found as a failed Operation's ``error``)."""
+
+    default_code = "AGP_EXECUTION_FAILED"
+
+
 class TransportError(AGPError):
     """No usable response: connection refused or dropped, or timed out, after every retry."""
 
@@ -171,7 +177,7 @@ BY_CODE: dict[str, type[AGPError]] = {
                 NotFoundError, MethodNotAllowedError, ConflictError, DelegationScopeViolationError,
                 DelegationHopLimitError, InvalidTransitionError, IdempotencyInProgressError, PrerequisiteFailedError,
                 ImpactAssessmentRequiredError, IdempotencyKeyMismatchError, RateLimitedError, ServerError,
-                UnavailableError)
+                UnavailableError, ExecutionFailedError)
 }
 
 BY_STATUS: dict[int, type[AGPError]] = {
@@ -198,6 +204,16 @@ def error_class(status: int, code: str | None) -> type[AGPError]:
     if status in BY_STATUS:
         return BY_STATUS[status]
     return ServerError if status >= 500 else AGPError
+
+
+def error_from_operation(operation: dict[str, Any]) -> AGPError:
+    """The typed exception for a failed Operation's ``error`` member (status None: no HTTP answer failed)."""
+    error = operation.get("error") if isinstance(operation.get("error"), dict) else {}
+    code = error.get("code")
+    return error_class(0, code)(
+        str(error.get("message") or f"Operation {operation.get('operation_id')} failed."), code=code,
+        retryable=bool(error.get("retryable", False)),
+        details=error.get("details") if isinstance(error.get("details"), dict) else {}, body=operation)
 
 
 def error_from_body(status: int, body: Any, headers: dict[str, str]) -> AGPError:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .errors import OperationTimeoutError
+from .errors import OperationTimeoutError, error_from_operation
 
 if TYPE_CHECKING:
     from .client import AGPClient
@@ -136,19 +136,23 @@ class Operations:
         """The Operation: ``status`` (pending, running, succeeded, failed, cancelled), ``error``, URLs."""
         return self._client.request("GET", f"{self.path}/{_segment(operation_id)}").data
 
-    def wait(self, operation: str | dict[str, Any], *, timeout: float = 60.0,
-             poll_interval: float = 0.5) -> dict[str, Any]:
+    def wait(self, operation: str | dict[str, Any], *, timeout: float = 60.0, poll_interval: float = 0.5,
+             raise_on_failure: bool = False) -> dict[str, Any]:
         """Poll until the operation is ``succeeded``, ``failed`` or ``cancelled``; return it.
 
         ``operation`` is an id or an Operation (as returned by ``action_envelopes.submit``).
-        A failed operation is returned, not raised: its ``error`` holds the AGP error body.
-        Raises ``OperationTimeoutError`` after ``timeout`` seconds.
+        A failed operation is returned (its ``error`` holds the AGP error body), or with
+        ``raise_on_failure=True`` raised as the typed error of that body (for instance
+        ``ExecutionFailedError``, or ``PrerequisiteFailedError`` when a check failed at
+        execution time). Raises ``OperationTimeoutError`` after ``timeout`` seconds.
         """
         operation_id = operation["operation_id"] if isinstance(operation, dict) else operation
         deadline = time.monotonic() + timeout
         while True:
             current = self.get(operation_id)
             if current.get("status") in TERMINAL_OPERATION_STATUSES:
+                if raise_on_failure and current.get("status") == "failed":
+                    raise error_from_operation(current)
                 return current
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -21,7 +21,7 @@ SECRET_TEMPLATE = "admin/auth_tokens/client/secret_shown.html"
 
 
 def _admin_actor(request) -> str:
-    return f"admin:{request.user.get_username()}"
+    return f"admin:{request.user.get_username()}"[:128]  # the ledger's actor column holds 128
 
 
 class ClientForm(forms.ModelForm):

@@ -182,3 +182,18 @@ def test_it_has_a_method_for_every_operation_of_the_service(op):
             target = getattr(target, part, None)
         assert callable(target), f"the client has no {dotted} for {op}"
         assert inspect.getdoc(target), f"{dotted} is undocumented"
+
+
+def test_it_turns_a_failed_operations_error_into_its_typed_exception():
+    failed = {"operation_id": "op_1", "status": "failed",
+              "error": {"code": "AGP_EXECUTION_FAILED", "message": "tool said no", "retryable": False,
+                        "details": {"status": 500}}}
+    error = client_errors.error_from_operation(failed)
+    assert type(error) is agp_client.ExecutionFailedError
+    assert (error.status, error.code, error.message, error.details, error.body) == (
+        None, "AGP_EXECUTION_FAILED", "tool said no", {"status": 500}, failed)
+    recheck = client_errors.error_from_operation({**failed, "error": {
+        "code": "AGP_PREREQUISITE_FAILED", "message": "revoked", "retryable": False,
+        "details": {"failed_checks": [{"check": "delegation_active", "reason": "revoked"}]}}})
+    assert isinstance(recheck, agp_client.PrerequisiteFailedError)
+    assert recheck.failed_checks[0]["check"] == "delegation_active"

@@ -16,7 +16,7 @@ SCOPES_HELP = ("Scopes to grant, separated by spaces or commas, or 'all' for eve
 def cli_actor() -> str:
     """The ledger actor of a management command: the operating-system user who ran it."""
     try:
-        return f"cli:{getpass.getuser()}"
+        return f"cli:{getpass.getuser()}"[:128]  # the ledger's actor column holds 128
     except Exception:  # no passwd entry (containers): still record where it came from
         return "cli"
 
