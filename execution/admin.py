@@ -188,8 +188,8 @@ class OperationAdmin(ReadOnlyModelAdmin):
     list_display = ("operation_id", "envelope_link", "task", "agent", "status", "attempts", "connector",
                     "started_at", "completed_at", "created_at")
     list_filter = (id_filter("task", "task_id", "envelope__task_id"),
-                   id_filter("agent", "agent_id", "envelope__agent_id"), id_filter("action", "action_id", "envelope_id"),
-                   "status", "connector", "created_at")
+                   id_filter("agent", "agent_id", "envelope__agent_id"),
+                   id_filter("action", "action_id", "envelope_id"), "status", "connector", "created_at")
     search_fields = ("operation_id", "=envelope__action_id", "executor")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
