@@ -53,8 +53,9 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
     escalation = Escalation(escalation_id=new_id("esc"), task=world.task, decision=world.decision,
                             raised_by="auditor-bot", reason="second look", created_at=now)
     escalation.save()
-    revocation = Revocation.objects.create(revocation_id=new_id("rev"), target_type="skill", target_id=f"skl_gone_{tag}",
-                                           reason="retired", revoked_by="ops", revoked_at=now, created_at=now)
+    revocation = Revocation.objects.create(revocation_id=new_id("rev"), target_type="skill",
+                                           target_id=f"skl_gone_{tag}", reason="retired", revoked_by="ops",
+                                           revoked_at=now, created_at=now)
     for i in range(extra_approvals):
         Approval.objects.create(approval_id=new_id("apr"), decision=world.decision, approver=f"second-{i}",
                                 verdict="approved", created_at=now)
