@@ -136,13 +136,14 @@ def test_it_has_no_operation_collection_or_writes(api, db):
 
 # --- GET /agp/receipts ------------------------------------------------------------------
 
-def test_it_lists_and_shows_receipts_that_verify_against_the_jwks(api, db):
+def test_it_lists_and_shows_receipts_that_verify_against_the_jwks(api, db, django_assert_num_queries):
     done = [accept(api, make_world())["operation_id"] for _ in range(3)]
     for operation_id in done:
         run(operation_id)
     target = Receipt.objects.get(operation_id=done[1])
 
-    listing = api.get("/agp/receipts")
+    with django_assert_num_queries(1):
+        listing = api.get("/agp/receipts")
     assert listing.status_code == 200
     assert [item["operation_id"] for item in listing.json()["items"]] == done[::-1]  # newest first
     one = api.get(f"/agp/receipts/{target.receipt_id}")
