@@ -129,8 +129,14 @@ def main() -> None:
     result = engine.evaluate(ruleset=SAMPLE_POLICY, ruleset_hash=ruleset_hash, input=SAMPLE_INPUT)
     assert result.as_result() == {"allow": True, "require_approval": True, "reasons": []}, result
 
+    import timeit
+
+    # A fixed pure-Python workload, so figures from machines (or moments) of different
+    # speed can be compared: about 8-10 us on an idle modern x86 core.
+    calibration = min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000 * 1e6
     print(f"Python {sys.version.split()[0]}, database {vendor}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}, RUST_BACKTRACE={os.environ.get('RUST_BACKTRACE', '(unset)')}")
+          f"load average {os.getloadavg()[0]:.2f}, calibration sum(range(1000)) = {calibration:.1f} us, "
+          f"RUST_BACKTRACE={os.environ.get('RUST_BACKTRACE', '(unset)')}")
     show("engine (cached compiled policy)", timed(
         lambda: engine.evaluate(ruleset=SAMPLE_POLICY, ruleset_hash=ruleset_hash, input=SAMPLE_INPUT),
         args.engine_iterations, 1000))

@@ -94,7 +94,28 @@ def compile_ruleset(*, ruleset: str, ruleset_hash: str) -> CompiledPolicy:
         if _is_fatal(exc):
             raise
         return CompiledPolicy(ruleset_hash, error=clean_error("policy compile error", exc))
-    return CompiledPolicy(ruleset_hash, engine=engine, package=package, defined=defined)
+    return CompiledPolicy(ruleset_hash, engine=_warmed(engine, package, defined), package=package, defined=defined)
+
+
+def _warmed(engine: Any, package: str, defined: frozenset[str]) -> Any:
+    """The engine after one evaluation with an empty input, if that succeeds.
+
+    regorus analyses and schedules the rules on the first evaluation and keeps that in
+    the engine; clones of a warmed engine start from it, which halves the cost of every
+    later evaluation. Evaluation results are not kept (regorus clears them before each
+    evaluation), so nothing of the empty input reaches a real one. If the warm-up fails,
+    the untouched engine is used.
+    """
+    warm = engine.clone()
+    try:
+        warm.set_input({})
+        for rule in defined:
+            warm.eval_rule_as_json(f"{package}.{rule}")
+    except BaseException as exc:  # noqa: BLE001
+        if _is_fatal(exc):
+            raise
+        return engine
+    return warm
 
 
 def _deny_value(engine: Any, path: str) -> Any:

@@ -271,3 +271,21 @@ def test_it_does_not_mistake_a_deny_string_for_undefined():
 
     assert result.allow is False
     assert result.reasons == ("policy result error: deny must be a set of reason strings, got str",)
+
+
+def test_the_warm_up_evaluation_leaves_nothing_behind():
+    # Compiling evaluates once with an empty input (to warm the engine); with {} this
+    # policy allows, so a kept result would wrongly allow the blocked input below.
+    ruleset = "package agp.warm\nimport rego.v1\nallow if not input.blocked\n"
+
+    assert evaluate(ruleset, {"blocked": True}).allow is False
+    assert evaluate(ruleset, {}).allow is True
+    assert evaluate(ruleset, {"blocked": True}).allow is False
+
+
+def test_a_ruleset_whose_warm_up_fails_still_evaluates():
+    ruleset = 'package agp.coldstart\nimport rego.v1\nallow if 10 / object.get(input, "n", 0) > 1\n'
+
+    assert evaluate(ruleset, {"n": 2}).allow is True
+    assert "divide by zero" in evaluate(ruleset, {}).reasons[0]
+    assert evaluate(ruleset, {"n": 2}).allow is True
