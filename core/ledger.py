@@ -1,5 +1,6 @@
 """The hash-chained ledger (CONTRACT C9): append in the caller's transaction, verify."""
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Iterable
@@ -53,11 +54,8 @@ def _locked_head() -> LedgerHead:
     # here both insert pk=1: the unique key makes the second wait and fail, and it then
     # locks the row the first one made.
     tip = LedgerEvent.objects.order_by("-sequence").values_list("sequence", "hash").first()
-    try:
-        with transaction.atomic():
-            LedgerHead.objects.create(pk=1, sequence=tip[0] if tip else 0, hash=tip[1] if tip else GENESIS_HASH)
-    except IntegrityError:
-        pass
+    with contextlib.suppress(IntegrityError), transaction.atomic():
+        LedgerHead.objects.create(pk=1, sequence=tip[0] if tip else 0, hash=tip[1] if tip else GENESIS_HASH)
     return LedgerHead.objects.select_for_update().get(pk=1)
 
 

@@ -1,5 +1,6 @@
 """Fixtures of the platform tests: real gunicorn servers, Redis, envelope checks."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -109,11 +110,9 @@ def run_server(tmp_path):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             assert process.poll() is None, f"gunicorn exited: {log.read_text()}"
-            try:
+            with contextlib.suppress(requests.RequestException):
                 if requests.get(f"{server.url}/healthz", timeout=5).status_code == 200:
                     return server
-            except requests.RequestException:
-                pass
             time.sleep(0.1)
         raise AssertionError(f"gunicorn did not answer within 30 s: {log.read_text()}")
 

@@ -1,5 +1,6 @@
 """The README's run command, from a fresh clone of this repository, with nothing configured."""
 
+import contextlib
 import json
 import os
 import signal
@@ -53,12 +54,10 @@ def test_the_run_command_serves_a_fresh_clone_within_60_seconds_and_stops_cleanl
         healthy_after = None
         while time.monotonic() - started < 60:
             assert serve.poll() is None, log_path.read_text()
-            try:
+            with contextlib.suppress(requests.RequestException):
                 if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
                     healthy_after = time.monotonic() - started
                     break
-            except requests.RequestException:
-                pass
             time.sleep(0.25)
         assert healthy_after is not None, f"/healthz did not answer within 60 s:\n{log_path.read_text()}"
 
