@@ -10,6 +10,9 @@
   middleware stack, URL routing, DRF parsing and rendering, the service, the database
   writes (evaluation row + ledger event, one transaction) - but no HTTP server or socket.
   Authentication is off (``AGP_AUTH_SECRET`` unset) unless ``--auth`` is given.
+- **baselines** on the same stack: ``POST /agp/contexts`` (a create with a ledger event
+  but no engine), ``GET /agp/policy-evaluations/{id}`` and ``GET /healthz``, so the
+  engine's share of the API figure can be read off.
 
 The database is ``AGP_DATABASE_URL`` when set, else a fresh SQLite file in a temporary
 directory. Figures are per call, in microseconds, after a warm-up: wall-clock time and
@@ -172,8 +175,34 @@ def main() -> None:
         if response.status_code != 201:
             raise SystemExit(f"unexpected {response.status_code}: {response.content[:300]!r}")
 
-    show(f"API POST /agp/policy-evaluations{' (auth)' if args.auth else ''}",
-         timed(post, args.api_iterations, 200))
+    auth = " (auth)" if args.auth else ""
+    show(f"API POST /agp/policy-evaluations{auth}", timed(post, args.api_iterations, 200))
+
+    # Baselines on the same stack: a create without the engine (one task read, one insert,
+    # one ledger event), a single-row read, and the cheapest request Django serves.
+    context_body = json.dumps({"task_id": task.task_id, "agent_id": "agent-bench", "data": SAMPLE_INPUT})
+
+    def post_context():
+        response = client.post("/agp/contexts", context_body, content_type="application/json", **headers)
+        if response.status_code != 201:
+            raise SystemExit(f"unexpected {response.status_code}: {response.content[:300]!r}")
+
+    show(f"API POST /agp/contexts{auth}", timed(post_context, args.api_iterations, 200))
+    from decision.models import PolicyEvaluation
+
+    one = PolicyEvaluation.objects.filter(task=task).order_by("-pk").values_list("evaluation_id", flat=True)[0]
+    show(f"API GET /agp/policy-evaluations/{{id}}{auth}", timed(
+        lambda: client.get(f"/agp/policy-evaluations/{one}", **headers), args.api_iterations, 200))
+    show("GET /healthz", timed(lambda: client.get("/healthz"), args.api_iterations, 200))
+
+    from django.db import connections
+
+    if vendor == "sqlite" and connections["default"].settings_dict["CONN_MAX_AGE"] == 0:
+        # The settings close the SQLite connection after every request (CONN_MAX_AGE=0), so
+        # each request reconnects and re-runs the PRAGMAs. For comparison only: the same
+        # request with the connection kept.
+        connections["default"].settings_dict["CONN_MAX_AGE"] = None
+        show(f"API POST /agp/policy-evaluations{auth}, kept connection", timed(post, args.api_iterations, 200))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ One serializer per resource serves request and response; server-set fields are
 
 from decimal import Decimal
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
@@ -81,6 +82,16 @@ class PolicyResultSerializer(serializers.Serializer):
     reasons = serializers.ListField(child=serializers.CharField())
 
 
+@extend_schema_field(PolicyResultSerializer)
+class PolicyResultField(serializers.JSONField):
+    """The stored ``result`` object as it is (the hot path renders it without a nested serializer)."""
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class StringListField(serializers.JSONField):
+    """A stored list of strings, rendered as it is."""
+
+
 class PolicyEvaluationSerializer(StrictSerializer):
     type_name = "PolicyEvaluation"
 
@@ -89,10 +100,10 @@ class PolicyEvaluationSerializer(StrictSerializer):
     task_id = IdField()
     agent_id = serializers.CharField(max_length=AGENT_MAX)
     input = serializers.DictField(required=False, default=dict, help_text="The Rego `input` document.")
-    result = PolicyResultSerializer(read_only=True)
+    result = PolicyResultField(read_only=True)
     input_hash = serializers.CharField(read_only=True)
     ruleset_hash = serializers.CharField(read_only=True)
-    warnings = serializers.ListField(child=serializers.CharField(), read_only=True)
+    warnings = StringListField(read_only=True)
     evaluated_at = serializers.DateTimeField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
 

@@ -224,6 +224,6 @@ def test_it_evaluates_in_a_fixed_number_of_queries(api):
 
     assert response.status_code == 201
     statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    # policy set, task exists | evaluation row | ledger: head lock, event, head move (+ savepoint pair in tests)
+    # policy set with task EXISTS | evaluation row | ledger: head lock, event, head move (+ savepoints in tests)
     assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == [
-        "SELECT", "SELECT", "INSERT", "SELECT", "INSERT", "UPDATE"]
+        "SELECT", "INSERT", "SELECT", "INSERT", "UPDATE"]
