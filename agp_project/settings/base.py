@@ -42,6 +42,9 @@ MIDDLEWARE = [
     "agp_project.http.middleware.SecurityHeadersMiddleware",
     "agp_project.http.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Serves the admin's CSS and JS from gunicorn itself, so auditors get a working admin
+    # with no separate web server in front (docs/decisions/platform.md).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -98,6 +101,9 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
+# Serve straight from the apps' static folders: no collectstatic step on a fresh machine.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- HTTP contract (CONTRACT C1, C2, C4) ---------------------------------------------
 AGP_MAX_BODY_BYTES = env_int("AGP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
