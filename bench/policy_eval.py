@@ -8,7 +8,8 @@
 - **engine, uncached**: the same with a fresh compile each time (for comparison).
 - **API**: ``POST /agp/policy-evaluations`` through Django's test client: the whole
   middleware stack, URL routing, DRF parsing and rendering, the service, the database
-  writes (evaluation row + ledger event, one transaction) - but no HTTP server or socket.
+  writes (evaluation row + ledger event, one transaction) - but no HTTP server or socket,
+  and no reconnect per request (the test client keeps the database connection open).
   Authentication is off (``AGP_AUTH_SECRET`` unset) unless ``--auth`` is given.
 - **baselines** on the same stack: ``POST /agp/contexts`` (a create with a ledger event
   but no engine), ``GET /agp/policy-evaluations/{id}`` and ``GET /healthz``, so the
@@ -91,10 +92,11 @@ def timed(fn, iterations: int, warmup: int) -> tuple[list[int], list[int]]:
 
 
 def setup_django(auth: bool) -> str:
+    tmp = tempfile.mkdtemp(prefix="agp-bench-")
+    (Path(tmp) / "static").mkdir()
+    os.environ.setdefault("AGP_VAR_DIR", tmp)
     if not os.environ.get("AGP_DATABASE_URL"):
-        tmp = tempfile.mkdtemp(prefix="agp-bench-")
         os.environ["AGP_DATABASE_URL"] = f"sqlite:///{tmp}/bench.sqlite3"
-        os.environ.setdefault("AGP_VAR_DIR", tmp)
     if not auth:
         os.environ.pop("AGP_AUTH_SECRET", None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agp_project.settings.base")
@@ -163,8 +165,8 @@ def main() -> None:
 
         api_client, _ = ApiClient.objects.get_or_create(client_id=f"bench-{suffix}",
                                                         defaults={"scopes": list(ALL_SCOPES)})
-        headers["HTTP_AUTHORIZATION"] = "Bearer " + token_issue(client=api_client,
-                                                                 scopes=["agp.policy.write"])["access_token"]
+        token = token_issue(client=api_client, scopes=["agp.policy.write", "agp.decision.write"])
+        headers["HTTP_AUTHORIZATION"] = f"Bearer {token['access_token']}"
     import json
 
     body = json.dumps({"policy_set_id": policy_set.policy_set_id, "task_id": task.task_id,
@@ -194,15 +196,6 @@ def main() -> None:
     show(f"API GET /agp/policy-evaluations/{{id}}{auth}", timed(
         lambda: client.get(f"/agp/policy-evaluations/{one}", **headers), args.api_iterations, 200))
     show("GET /healthz", timed(lambda: client.get("/healthz"), args.api_iterations, 200))
-
-    from django.db import connections
-
-    if vendor == "sqlite" and connections["default"].settings_dict["CONN_MAX_AGE"] == 0:
-        # The settings close the SQLite connection after every request (CONN_MAX_AGE=0), so
-        # each request reconnects and re-runs the PRAGMAs. For comparison only: the same
-        # request with the connection kept.
-        connections["default"].settings_dict["CONN_MAX_AGE"] = None
-        show(f"API POST /agp/policy-evaluations{auth}, kept connection", timed(post, args.api_iterations, 200))
 
 
 if __name__ == "__main__":
