@@ -109,6 +109,9 @@ class PolicyEvaluationSerializer(StrictSerializer):
 
 
 # --- decisions -------------------------------------------------------------------------------
+CREATE_AS_DRAFT = "Decisions are created as 'draft'; finalise with PATCH."
+
+
 class DecisionSerializer(StrictSerializer):
     type_name = "Decision"
 
@@ -120,12 +123,18 @@ class DecisionSerializer(StrictSerializer):
     context_ref = IdField(required=False, allow_null=True, default=None)
     evidence_refs = serializers.ListField(child=IdField(), required=False, default=list, max_length=200)
     policy_evaluation_ref = IdField(required=False, allow_null=True, default=None)
+    # Every status in the schema, since responses carry `finalised` too; create takes `draft` only.
     status = serializers.ChoiceField(
-        choices=[(DecisionStatus.DRAFT, DecisionStatus.DRAFT)], required=False, default=DecisionStatus.DRAFT,
-        error_messages={"invalid_choice": "Decisions are created as 'draft'; finalise with PATCH."},
+        choices=DecisionStatus.choices, required=False, default=DecisionStatus.DRAFT,
+        error_messages={"invalid_choice": CREATE_AS_DRAFT},
         help_text="Create: `draft` only. `PATCH /agp/decisions/{id}` with `finalised` finalises it.")
-    finalised_at = serializers.DateTimeField(read_only=True)
+    finalised_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)
+
+    def validate_status(self, value):
+        if value != DecisionStatus.DRAFT:
+            raise serializers.ValidationError(CREATE_AS_DRAFT)
+        return value
 
     def validate_evidence_refs(self, value):
         if len(set(value)) != len(value):
@@ -220,10 +229,10 @@ class EscalationSerializer(StrictSerializer):
     raised_by = serializers.CharField(max_length=128)
     reason = serializers.CharField(max_length=TEXT_MAX)
     status = serializers.CharField(read_only=True)
-    outcome = BlankAsNullCharField(read_only=True)
-    resolved_by = BlankAsNullCharField(read_only=True)
-    resolution_notes = BlankAsNullCharField(read_only=True)
-    resolved_at = serializers.DateTimeField(read_only=True)
+    outcome = BlankAsNullCharField(read_only=True, allow_null=True)
+    resolved_by = BlankAsNullCharField(read_only=True, allow_null=True)
+    resolution_notes = BlankAsNullCharField(read_only=True, allow_null=True)
+    resolved_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)
 
     def validate(self, attrs):

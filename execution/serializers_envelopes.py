@@ -13,6 +13,7 @@ from rest_framework import serializers
 
 from agp_project.canonical import content_hash
 
+from agp_project.http.schema import ErrorEnvelopeSerializer  # noqa: F401 - the one error component
 from agp_project.http.serializers import IdField, StrictSerializer
 from registry.serializers import SignatureSerializer  # the one C9 Signature component of the schema
 
@@ -115,21 +116,6 @@ class ActionEnvelopeSerializer(StrictSerializer):
 class FailedCheckSerializer(serializers.Serializer):
     check = serializers.CharField()
     reason = serializers.CharField()
-
-
-class ErrorObjectSerializer(serializers.Serializer):
-    """The C2 error object (``details.failed_checks`` for 422 AGP_PREREQUISITE_FAILED)."""
-
-    code = serializers.CharField()
-    message = serializers.CharField()
-    retryable = serializers.BooleanField()
-    details = serializers.DictField()
-
-
-class ErrorEnvelopeSerializer(serializers.Serializer):
-    """Every non-2xx body: ``{"error": {...}}``."""
-
-    error = ErrorObjectSerializer()
 
 
 class CheckOutcomeSerializer(serializers.Serializer):

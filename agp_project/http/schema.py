@@ -7,6 +7,9 @@ answers (``{"items": [...], "next_cursor"}``) and the query parameters it accept
 ``ErrorEnvelopeSerializer`` describes every non-2xx body.
 """
 
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import force_instance
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.pagination import BasePagination
@@ -62,3 +65,75 @@ class ErrorEnvelopeSerializer(serializers.Serializer):
     """Every non-2xx body: ``{"error": {...}}``."""
 
     error = ErrorObjectSerializer()
+
+
+# What the shared machinery may answer on any operation, whatever the view documents
+# (middleware, authentication, scope check, strict parsing, idempotency, outages).
+SHARED_ERRORS = {
+    "400": "AGP_INVALID_REQUEST: malformed body or query, unknown or read-only field (`details.fields`).",
+    "401": "AGP_UNAUTHENTICATED: missing, expired or invalid bearer token.",
+    "403": "AGP_INSUFFICIENT_SCOPE (`details.required_scopes`).",
+    "503": "AGP_UNAVAILABLE: the database or the broker is unreachable; nothing was written.",
+}
+PATH_ERRORS = {"404": "AGP_NOT_FOUND: no such id."}
+WRITE_ERRORS = {
+    "409": "AGP_CONFLICT: the id already exists, or a request with this Idempotency-Key is in flight.",
+    "413": "AGP_PAYLOAD_TOO_LARGE: the body is over the size limit.",
+    "415": "AGP_UNSUPPORTED_MEDIA_TYPE: the body is not a JSON object.",
+}
+
+
+class AGPAutoSchema(AutoSchema):
+    """drf-spectacular's AutoSchema with the conventions every AGP view shares.
+
+    - An ``AGPViewSet`` list is keyset-paginated and filtered (``{"items", "next_cursor"}``)
+      even when the view did not set the schema-only pagination and filter classes above.
+    - Every operation documents the error statuses the shared machinery can answer (the
+      envelope of ``ErrorEnvelopeSerializer``); a view's own description of a status wins.
+    """
+
+    def _is_agp_list(self) -> bool:
+        from .viewsets import AGPViewSet
+
+        return isinstance(self.view, AGPViewSet) and getattr(self.view, "action", None) == "list"
+
+    def _get_paginator(self):
+        paginator = super()._get_paginator()
+        if paginator is None and self._is_agp_list():
+            return KeysetPaginationSchema()
+        return paginator
+
+    def get_filter_backends(self):
+        backends = super().get_filter_backends()
+        if not backends and self._is_agp_list():
+            return [ExactFilterSchema]
+        return backends
+
+    def _map_basic_serializer(self, serializer, direction):
+        schema = super()._map_basic_serializer(serializer, direction)
+        if direction != "response":
+            return schema
+        # A pattern on a writable field limits what a client may send; records the server
+        # writes itself (its own ledger events, say) need not match it. Ids always do.
+        from .serializers import IdField
+
+        properties = schema.get("properties", {})
+        for name, field in force_instance(serializer).fields.items():
+            if isinstance(field, serializers.RegexField) and not isinstance(field, IdField) and name in properties:
+                properties[name].pop("pattern", None)
+        return schema
+
+    def _get_response_bodies(self, direction="response"):
+        responses = super()._get_response_bodies(direction)
+        if direction != "response":
+            return responses
+        shared = dict(SHARED_ERRORS)
+        if "{" in self.path:
+            shared.update(PATH_ERRORS)
+        if self.method in ("POST", "PATCH", "PUT"):
+            shared.update(WRITE_ERRORS)
+        for code, text in sorted(shared.items()):
+            if code not in responses:
+                responses[code] = self._get_response_for_code(
+                    OpenApiResponse(ErrorEnvelopeSerializer, description=text), code, direction=direction)
+        return responses

@@ -63,6 +63,11 @@ class SignatureSerializer(serializers.Serializer):
     payload_hash = serializers.CharField()
     value = serializers.CharField()
 
+    def __init__(self, *args, **kwargs):
+        # Rendered null for an unsigned row (below), so the schema says it may be null.
+        kwargs.setdefault("allow_null", True)
+        super().__init__(*args, **kwargs)
+
     def to_representation(self, instance):
         # Not signed yet (or a row written without one): null, never a half object.
         if not instance:

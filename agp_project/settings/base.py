@@ -201,7 +201,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["auth_tokens.permissions.HasGroupScope"],
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "agp_project.http.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "agp_project.http.schema.AGPAutoSchema",
     "COERCE_DECIMAL_TO_STRING": False,
     "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
