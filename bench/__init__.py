@@ -1,0 +1,1 @@
+"""Benchmarks of the governance hot paths: ``python -m bench`` (see README, docs/performance.md)."""
