@@ -35,6 +35,20 @@ class BodySizeLimitMiddleware:
             details={"max_bytes": settings.AGP_MAX_BODY_BYTES}))
 
 
+class NulQueryMiddleware:
+    """400 for a query string carrying NUL (%00): PostgreSQL cannot compare text with it."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "%00" in request.META.get("QUERY_STRING", "") and any(
+                "\x00" in key or any("\x00" in value for value in values)
+                for key, values in request.GET.lists()):
+            return error_response(errors.InvalidRequest("Query parameters must not contain NUL characters."))
+        return self.get_response(request)
+
+
 class SecurityHeadersMiddleware:
     """Headers every API response carries (OWASP API8: security misconfiguration)."""
 
@@ -46,6 +60,9 @@ class SecurityHeadersMiddleware:
         response.setdefault("X-Content-Type-Options", "nosniff")
         response.setdefault("Referrer-Policy", "no-referrer")
         if request.path.startswith("/agp/") or request.path.startswith("/oauth/"):
+            # Over SecurityMiddleware's `same-origin`, which the admin keeps: with
+            # `no-referrer` browsers send `Origin: null` on form posts and CSRF refuses them.
+            response["Referrer-Policy"] = "no-referrer"
             response.setdefault("Cache-Control", "no-store")
             response.setdefault("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
             response.setdefault("X-Frame-Options", "DENY")

@@ -9,8 +9,27 @@ class StrictJSONParser(JSONParser):
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:
-            return super().parse(stream, media_type, parser_context)
+            data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             # A body nested deeper than the parser's recursion limit is malformed input (400),
             # not a server fault.
             raise ParseError("JSON parse error - nested too deeply.") from None
+        if _has_nul(data):
+            # PostgreSQL cannot store NUL in text or jsonb: refuse it here (400), on every database.
+            raise ParseError("JSON parse error - NUL characters (\\u0000) are not accepted.")
+        return data
+
+
+def _has_nul(value) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

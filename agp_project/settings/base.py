@@ -41,6 +41,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "agp_project.http.middleware.SecurityHeadersMiddleware",
     "agp_project.http.middleware.BodySizeLimitMiddleware",
+    "agp_project.http.middleware.NulQueryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's CSS and JS from gunicorn itself, so auditors get a working admin
     # with no separate web server in front (docs/decisions/platform.md).
