@@ -18,6 +18,7 @@ A connector returns the result (a JSON object, hashed into the receipt) or raise
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -112,11 +113,59 @@ class HttpConnector(Connector):
                               details={"connector": self.name, "attempts": attempts, "reason": last_problem})
 
 
+SAFE_INTEGER = 2 ** 53
+
+
+def _parse_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > SAFE_INTEGER:
+        raise ValueError("integer outside the canonical JSON domain")
+    return value
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        raise ValueError("number outside the canonical JSON domain")
+    return value
+
+
+def _has_nul(value) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def _http_result(response) -> dict[str, Any]:
-    try:
-        parsed = json.loads(response.body) if response.body else None
-    except ValueError:
-        parsed = None
+    """The tool's answer as recorded in the receipt: untrusted input (OWASP API10).
+
+    The parsed body is kept only when it has a canonical form and can be stored: no NaN or
+    Infinity, no integer beyond 2^53, no NUL character, not nested past the parser's limit.
+    Otherwise ``body`` is null; ``body_hash`` always covers the bytes received.
+    """
+    parsed = None
+    if response.body:
+        try:
+            parsed = json.loads(response.body, parse_int=_parse_int, parse_float=_parse_float,
+                                parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
+            parsed = None
+        else:
+            if _has_nul(parsed):
+                parsed = None
     return {"status_code": response.status_code, "body": parsed, "body_hash": bytes_hash(response.body)}
 
 
