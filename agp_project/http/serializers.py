@@ -1,5 +1,7 @@
 """Strict request parsing (CONTRACT C1): unknown and read-only fields are a 400."""
 
+from datetime import datetime
+
 from rest_framework import serializers
 
 from agp_project.ids import ID_PATTERN
@@ -30,7 +32,14 @@ class StrictSerializer(serializers.Serializer):
                 problems[name] = ["This field is read-only."]
         if problems:
             raise serializers.ValidationError(problems)
-        return super().to_internal_value(data)
+        validated = super().to_internal_value(data)
+        # Rendered with DATETIME_FORMAT's %Y, which does not pad years before 1000 ("10-08-14T..."
+        # is no RFC 3339 date-time): refuse them rather than answer what no client can parse.
+        early = {name: ["Must be a date-time in the years 1000 to 9999."] for name, value in validated.items()
+                 if isinstance(value, datetime) and value.year < 1000}
+        if early:
+            raise serializers.ValidationError(early)
+        return validated
 
     def to_representation(self, instance):
         data = super().to_representation(instance)

@@ -100,3 +100,16 @@ def test_it_lets_any_client_with_the_read_scope_read_another_clients_records(mak
     assert reader.post("/agp/tasks", {**TASK, "task_id": "task-sec-2"}, format="json").status_code == 403
     assert outsider.get(f"/agp/tasks/{TASK['task_id']}").status_code == 403
     assert list(Task.objects.values_list("task_id", flat=True)) == [TASK["task_id"]]
+
+
+# --- found by the fuzzer: a year before 1000 was stored and rendered unpadded ------------------------
+@pytest.mark.django_db
+def test_it_refuses_a_timestamp_before_the_year_1000(api):
+    response = api.post("/agp/tasks", {**TASK, "created_at": "0010-08-14T21:00:00Z"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["details"]["fields"] == {
+        "created_at": ["Must be a date-time in the years 1000 to 9999."]}
+    assert not Task.objects.exists()
+    ok = api.post("/agp/tasks", {**TASK, "created_at": "1000-01-01T00:00:00Z"}, format="json")
+    assert ok.status_code == 201
+    assert ok.json()["created_at"] == "1000-01-01T00:00:00.000000Z"
