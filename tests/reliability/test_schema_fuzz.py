@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from agp_project.ids import new_id
 from execution.models import Receipt
 from execution.runner import operation_execute
 from tests.agp_client.server import LiveServer, database_url
