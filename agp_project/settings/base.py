@@ -10,15 +10,16 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import env_bool, env_int, env_list, env_str
+from .env import env_bool, env_int, env_list, env_str, secret_from_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(env_str("AGP_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("AGP_DEBUG", False)
-# Only signs Django admin sessions and CSRF tokens; API tokens use AGP_AUTH_SECRET.
-SECRET_KEY = env_str("AGP_DJANGO_SECRET_KEY") or env_str("AGP_AUTH_SECRET") or "agp-insecure-embedded-default"
+# Only signs Django admin sessions and CSRF tokens; API tokens use AGP_AUTH_SECRET. Never
+# the auth secret itself: unset, a random key is generated once under var/.
+SECRET_KEY = env_str("AGP_DJANGO_SECRET_KEY") or secret_from_file(VAR_DIR / "django-secret-key")
 ALLOWED_HOSTS = env_list("AGP_ALLOWED_HOSTS", ["*"])
 CSRF_TRUSTED_ORIGINS = env_list("AGP_CSRF_TRUSTED_ORIGINS", [])
 
@@ -132,8 +133,17 @@ AGP_ISSUER = env_str("AGP_ISSUER", "agp")
 # --- Governance -----------------------------------------------------------------------
 AGP_DEFAULT_MAX_HOPS = env_int("AGP_DEFAULT_MAX_HOPS", 3, minimum=0)
 AGP_OPA_URL = env_str("AGP_OPA_URL")
+# Timeout of one OPA Data API call (seconds, > 0; fractions allowed).
+try:
+    AGP_OPA_TIMEOUT_SECONDS = float(env_str("AGP_OPA_TIMEOUT_SECONDS", "2"))
+except ValueError:
+    raise ImproperlyConfigured("AGP_OPA_TIMEOUT_SECONDS must be a number of seconds") from None
+if not 0 < AGP_OPA_TIMEOUT_SECONDS < float("inf"):
+    raise ImproperlyConfigured("AGP_OPA_TIMEOUT_SECONDS must be greater than 0")
 AGP_ALLOW_PRIVATE_URLS = env_bool("AGP_ALLOW_PRIVATE_URLS", False)
-AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or env_str("AGP_AUTH_SECRET") or SECRET_KEY
+# Receivers hold this key, so it must never be the token-signing AGP_AUTH_SECRET (whoever
+# holds that can mint tokens). Unset: generated once under var/ (`manage.py callback_secret`).
+AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or secret_from_file(VAR_DIR / "callback-secret")
 
 # --- Celery (CONTRACT C8) -------------------------------------------------------------
 BROKER_DIR = VAR_DIR / "broker"

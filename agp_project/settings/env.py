@@ -1,6 +1,9 @@
 """Reading settings from the environment, failing loudly on malformed values."""
 
 import os
+import secrets
+import time
+from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -42,3 +45,32 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def secret_from_file(path: Path) -> str:
+    """A random secret generated once into ``path`` (mode 0600) and read back afterwards.
+
+    O_EXCL: when web and worker start together exactly one of them writes the file and
+    the other reads it, so both hold the same secret (as agp_project/signing.py does for
+    the signing key).
+    """
+    try:
+        existing = path.read_text().strip()
+    except FileNotFoundError:
+        existing = ""
+    if existing:
+        return existing
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(48)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):
+            existing = path.read_text().strip()
+            if existing:
+                return existing
+            time.sleep(0.01)
+        raise ImproperlyConfigured(f"{path} exists but is empty; delete it or set the secret") from None
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value)
+    return value
