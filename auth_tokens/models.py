@@ -7,7 +7,10 @@ class Client(models.Model):
 
     The secret is kept only as a password hash. ``tokens_not_before`` is moved forward when
     the secret is rotated or the client is disabled: tokens issued before it stop working,
-    so a leaked secret's tokens die with the rotation, not an hour later.
+    so a leaked secret's tokens die with the rotation, not an hour later. The check itself
+    uses ``token_generation``, bumped at the same moments and carried in each token as
+    ``gen``: ``iat`` has whole-second precision, so a timestamp comparison would let a token
+    minted in the same second as the rotation survive it.
     """
 
     client_id = models.CharField(max_length=128, unique=True)
@@ -16,6 +19,7 @@ class Client(models.Model):
     is_active = models.BooleanField(default=True)
     description = models.CharField(max_length=256, blank=True, default="")
     tokens_not_before = models.DateTimeField(null=True, blank=True)
+    token_generation = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

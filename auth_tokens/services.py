@@ -114,7 +114,8 @@ def client_rotate_secret(*, client_id: str, actor: str) -> str:
     secret = secrets.token_urlsafe(32)
     client.set_secret(secret)
     client.tokens_not_before = timezone.now()
-    client.save(update_fields=["secret_hash", "tokens_not_before", "updated_at"])
+    client.token_generation += 1
+    client.save(update_fields=["secret_hash", "tokens_not_before", "token_generation", "updated_at"])
     ledger_append(event_type="api_client.secret_rotated", resource_type=RESOURCE_TYPE, resource_id=client_id,
                   actor=actor, payload={})
     return secret
@@ -133,7 +134,8 @@ def client_set_active(*, client_id: str, active: bool, actor: str) -> Client:
     fields = ["is_active", "updated_at"]
     if not active:
         client.tokens_not_before = timezone.now()
-        fields.append("tokens_not_before")
+        client.token_generation += 1
+        fields += ["tokens_not_before", "token_generation"]
     client.save(update_fields=fields)
     ledger_append(event_type="api_client.enabled" if active else "api_client.disabled",
                   resource_type=RESOURCE_TYPE, resource_id=client_id, actor=actor, payload={})
@@ -204,11 +206,12 @@ def _bootstrap_sync(client_id: str, secret: str) -> Client:
     if not client.check_secret(secret):
         client.set_secret(secret)
         client.tokens_not_before = timezone.now()
+        client.token_generation += 1
         changed["secret_rotated"] = True
     if client.scopes != list(ALL_SCOPES):
         client.scopes = changed["scopes"] = list(ALL_SCOPES)
     if changed:
-        client.save(update_fields=["secret_hash", "scopes", "tokens_not_before", "updated_at"])
+        client.save(update_fields=["secret_hash", "scopes", "tokens_not_before", "token_generation", "updated_at"])
         ledger_append(event_type="api_client.updated", resource_type=RESOURCE_TYPE, resource_id=client_id,
                       actor=BOOTSTRAP_ACTOR, payload=changed)
     return client
@@ -241,6 +244,7 @@ def token_issue(*, client: Client, scopes: list[str]) -> dict:
     token["sub"] = client.client_id
     token["iss"] = settings.AGP_TOKEN_ISSUER
     token["scope"] = " ".join(scopes)
+    token["gen"] = client.token_generation
     return {"access_token": str(token), "token_type": "bearer",
             "expires_in": settings.AGP_TOKEN_TTL_SECONDS, "scope": " ".join(scopes)}
 
@@ -251,15 +255,16 @@ def principal_from_token(raw: str) -> ClientPrincipal:
         token = ClientAccessToken(raw)
     except Exception as exc:  # simplejwt raises TokenError subclasses; garbage may raise others
         raise errors.Unauthenticated(f"Invalid token: {exc}") from None
-    client_id, scope, issued_at = token.get("sub"), token.get("scope", ""), token.get("iat")
+    client_id, scope, generation = token.get("sub"), token.get("scope", ""), token.get("gen")
     if not isinstance(client_id, str) or not client_id or not isinstance(scope, str) \
-            or not isinstance(issued_at, int):
+            or not isinstance(generation, int) or isinstance(generation, bool):
         raise errors.Unauthenticated("Invalid token: malformed claims.")
-    row = Client.objects.filter(client_id=client_id).values("is_active", "scopes", "tokens_not_before").first()
+    row = Client.objects.filter(client_id=client_id).values("is_active", "scopes", "token_generation").first()
     if row is None or not row["is_active"]:
         raise errors.Unauthenticated("The token's client is unknown or disabled.")
-    not_before = row["tokens_not_before"]
-    if not_before is not None and issued_at < int(not_before.timestamp()):
+    # Exact, unlike comparing the whole-second iat with the rotation instant: any token
+    # minted before the rotation or disabling carries an older generation.
+    if generation != row["token_generation"]:
         raise errors.Unauthenticated("The token was issued before the client's secret was rotated or "
                                      "the client was disabled.")
     return ClientPrincipal(client_id=client_id, scopes=frozenset(set(scope.split()) & set(row["scopes"])))

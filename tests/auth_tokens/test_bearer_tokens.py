@@ -129,6 +129,25 @@ def test_it_rejects_tokens_issued_before_a_secret_rotation(api, auth_settings):
     assert api.get("/agp/ledger-events", HTTP_AUTHORIZATION=f"Bearer {fresh['access_token']}").status_code == 200
 
 
+def test_it_rejects_a_token_minted_in_the_same_second_as_the_rotation(api, auth_settings):
+    client_create(client_id="rotating", scopes=list(ALL_SCOPES), actor="test")
+    client_rotate_secret(client_id="rotating", actor="test")
+    rotated_at = Client.objects.get(client_id="rotating").tokens_not_before
+    # Minted with the pre-rotation generation within the rotation's second: iat equals
+    # the rotation's whole second, so only the generation tells it apart.
+    same_second = sign(claims(sub="rotating", iat=int(rotated_at.timestamp()), gen=0))
+    current = sign(claims(sub="rotating", iat=int(rotated_at.timestamp()), gen=1))
+
+    assert_unauthenticated(api.get("/agp/ledger-events", HTTP_AUTHORIZATION=f"Bearer {same_second}"))
+    assert api.get("/agp/ledger-events", HTTP_AUTHORIZATION=f"Bearer {current}").status_code == 200
+    assert Client.objects.get(client_id="rotating").token_generation == 1
+
+
+def test_it_rejects_a_token_without_a_generation_claim(api, client_row):
+    assert_unauthenticated(api.get("/agp/ledger-events",
+                                   HTTP_AUTHORIZATION=f"Bearer {sign(claims(gen=None))}"))
+
+
 def test_it_rejects_tokens_after_the_auth_secret_changes(api, client_row, settings):
     token = _valid()
     settings.AGP_AUTH_SECRET = "a-new-auth-secret-0123456789abcdef0123456789abcdef"
