@@ -167,8 +167,10 @@ class TaskSerializer(StrictSerializer):
     root_principal = AgentField()
     agent_id = AgentField()
     title = serializers.CharField(max_length=512, required=False, allow_blank=True)
-    risk_level = serializers.ChoiceField(choices=RiskLevel.choices, required=False)
-    action_class = serializers.ChoiceField(choices=ActionClass.choices, required=False)
+    # Required, never defaulted: a task silently classed low/read would skip rule 5, the
+    # approval rule and the commerce checks (docs/decisions/registry.md).
+    risk_level = serializers.ChoiceField(choices=RiskLevel.choices)
+    action_class = serializers.ChoiceField(choices=ActionClass.choices)
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
     created_at = serializers.DateTimeField(required=False)
 

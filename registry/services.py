@@ -36,7 +36,7 @@ from agp_project.signing import sign_resource
 from core.ledger import ledger_append
 
 from . import selectors
-from .choices import ActionClass, ActiveStatus, Connector, PolicySetStatus, RevocationTarget, RiskLevel, TaskStatus
+from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, TaskStatus
 from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_segment
 from .scopes import scope_covers, tool_scope
 from .serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
@@ -363,8 +363,8 @@ def policy_set_transition(*, actor: str, policy_set_id: str, status: str) -> Pol
 
 
 # --- tasks --------------------------------------------------------------------------------
-def task_create(*, actor: str, root_principal: str, agent_id: str, title: str = "",
-                risk_level: str = RiskLevel.LOW, action_class: str = ActionClass.READ,
+def task_create(*, actor: str, root_principal: str, agent_id: str, risk_level: str, action_class: str,
+                title: str = "",
                 status: str = TaskStatus.OPEN, task_id: str | None = None,
                 created_at: datetime | None = None) -> Task:
     """Record a task an agent performs for a root principal (CONTRACT C7)."""

@@ -62,6 +62,8 @@ def policy_set(**kwargs):
 def task(**kwargs):
     kwargs.setdefault("root_principal", unique("principal"))
     kwargs.setdefault("agent_id", unique("agent"))
+    kwargs.setdefault("risk_level", "low")
+    kwargs.setdefault("action_class", "read")
     return services.task_create(actor=ACTOR, **kwargs)
 
 

@@ -39,12 +39,15 @@ def test_it_creates_a_task(api):
     assert LedgerEvent.objects.filter(event_type="task.created", resource_id="task-1").exists()
 
 
+TASK = {"root_principal": "alice", "agent_id": "agent-a", "risk_level": "medium", "action_class": "write"}
+
+
 def test_it_generates_a_task_id_and_defaults(api):
-    response = api.post("/agp/tasks", {"root_principal": "alice", "agent_id": "agent-a"}, format="json")
+    response = api.post("/agp/tasks", TASK, format="json")
     assert response.status_code == 201
     body = response.json()
     assert body["task_id"].startswith("tsk_")
-    assert (body["risk_level"], body["action_class"], body["status"], body["title"]) == ("low", "read", "open", "")
+    assert (body["risk_level"], body["action_class"], body["status"], body["title"]) == ("medium", "write", "open", "")
     assert Task.objects.filter(task_id=body["task_id"]).exists()
 
 
@@ -55,9 +58,12 @@ def test_it_generates_a_task_id_and_defaults(api):
     ({"agent_id": None}, "agent_id"),
     ({"owner": "x"}, "owner"),
     ({"created_at": "2999-01-01T00:00:00Z"}, "created_at"),
+    # Never defaulted to low/read: that would skip rule 5, the approval and commerce checks.
+    ({"risk_level": None}, "risk_level"),
+    ({"action_class": None}, "action_class"),
 ])
 def test_it_refuses_invalid_tasks(api, change, field):
-    body = {"root_principal": "alice", "agent_id": "agent-a", **change}
+    body = {**TASK, **change}
     body = {k: v for k, v in body.items() if v is not None}
     error = assert_error(api.post("/agp/tasks", body, format="json"), 400, "AGP_INVALID_REQUEST")
     assert field in error["details"]["fields"]
@@ -66,7 +72,7 @@ def test_it_refuses_invalid_tasks(api, change, field):
 
 def test_it_refuses_a_duplicate_task_id(api):
     f.task(task_id="task-dup")
-    assert_error(api.post("/agp/tasks", {"task_id": "task-dup", "root_principal": "a", "agent_id": "b"},
+    assert_error(api.post("/agp/tasks", {**TASK, "task_id": "task-dup"},
                           format="json"), 409, "AGP_CONFLICT")
     assert Task.objects.count() == 1
 
