@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -88,12 +88,21 @@ def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, faile
     operation.executor = executor
     operation.save()
     payment_release(action_id=envelope.action_id, actor=WORKER_ACTOR)
-    ActionEnvelope.objects.filter(pk=envelope.pk).update(status=EnvelopeStatus.FAILED)
+    _envelope_set_status(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation.operation_id,
+                         actor=WORKER_ACTOR)
     ledger_append(event_type="operation.failed", resource_type=OPERATION_RESOURCE,
                   resource_id=operation.operation_id, actor=WORKER_ACTOR,
                   payload={"action_id": envelope.action_id, "stage": "execution_recheck", "error_code": err.code,
                            "failed_checks": failed_checks, "executor": executor})
     _enqueue_callback(operation)
+
+
+def _envelope_set_status(*, envelope: ActionEnvelope, status: str, operation_id: str, actor: str) -> None:
+    """Move the envelope to executed/failed and ledger it (C9), in the caller's transaction."""
+    ActionEnvelope.objects.filter(pk=envelope.pk).update(status=status)
+    ledger_append(event_type=f"envelope.{status}", resource_type="ActionEnvelope", resource_id=envelope.action_id,
+                  actor=actor, payload={"from": envelope.status, "to": status, "operation_id": operation_id})
+    envelope.status = status
 
 
 def _enqueue_callback(operation: Operation) -> None:
@@ -194,7 +203,13 @@ def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], 
                       executor=executor, created_at=completed_at)
     # Sign exactly what the API shows (the representation without its signature).
     receipt.signature = sign_resource(ReceiptSerializer(receipt).data)
-    receipt.save()
+    try:
+        with transaction.atomic():
+            receipt.save()
+    except IntegrityError:
+        # Two external receipts with one receipt_id raced past receipt_submit's check: the
+        # loser is a 409 and its whole transaction (operation, envelope, ledger) rolls back.
+        raise errors.Conflict(f"A receipt with receipt_id {receipt.receipt_id!r} exists.") from None
     return receipt
 
 
@@ -220,16 +235,16 @@ def operation_finish(*, operation_id: str, fence: int | None, status: str, resul
             # payment_ref was fixed (and signed) at acceptance; the payment moves under it.
             payment_commit(action_id=envelope.action_id, actor=actor)
             operation.succeed()
-            envelope_changes = {"status": EnvelopeStatus.EXECUTED}
+            envelope_status = EnvelopeStatus.EXECUTED
         else:
             payment_release(action_id=envelope.action_id, actor=actor)
             operation.fail()
             operation.error = error
-            envelope_changes = {"status": EnvelopeStatus.FAILED}
+            envelope_status = EnvelopeStatus.FAILED
         operation.completed_at = operation.updated_at = now
         operation.lease_expires_at = None
         operation.save()
-        ActionEnvelope.objects.filter(pk=envelope.pk).update(**envelope_changes)
+        _envelope_set_status(envelope=envelope, status=envelope_status, operation_id=operation_id, actor=actor)
         receipt = receipt_issue(operation=operation, status=status, result=result,
                                 started_at=started_at or operation.started_at or now,
                                 completed_at=completed_at or now, executor=executor, receipt_id=receipt_id)

@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.signing import get_signer, verify_resource
 from decision.models import CommerceSession
@@ -260,3 +261,62 @@ def test_it_renews_the_lease_while_the_connector_runs(api, worker_db, test_broke
     with lease_kept(operation_id=operation_id, fence=claim.fence + 1):
         time.sleep(0.8)
     assert Operation.objects.get(operation_id=operation_id).lease_expires_at == renewed
+
+
+def test_it_ledgers_the_envelope_becoming_executed_with_the_operation(api, db):
+    from core.models import LedgerEvent
+
+    world = make_world(action_class="transact")
+    operation_id = accept(api, world)
+    action_id = Operation.objects.get(operation_id=operation_id).envelope_id
+
+    assert operation_execute(operation_id=operation_id, executor="worker-a") == "succeeded"
+
+    assert ActionEnvelope.objects.get(action_id=action_id).status == "executed"
+    event = LedgerEvent.objects.filter(resource_id=action_id).order_by("sequence").last()
+    assert (event.event_type, event.resource_type) == ("envelope.executed", "ActionEnvelope")
+    assert event.payload == {"from": "accepted", "to": "executed", "operation_id": operation_id}
+
+
+def test_it_ledgers_the_envelope_failing_when_a_prerequisite_breaks(api, db):
+    from core.models import LedgerEvent
+
+    world = make_world(action_class="transact")
+    operation_id = accept(api, world)
+    action_id = Operation.objects.get(operation_id=operation_id).envelope_id
+    Task.objects.filter(pk=world.task.pk).update(status="closed")
+
+    assert operation_execute(operation_id=operation_id, executor="worker-a") == "failed"
+
+    assert ActionEnvelope.objects.get(action_id=action_id).status == "failed"
+    event = LedgerEvent.objects.filter(resource_id=action_id).order_by("sequence").last()
+    assert (event.event_type, event.payload) == (
+        "envelope.failed", {"from": "accepted", "to": "failed", "operation_id": operation_id})
+
+
+def test_it_answers_a_receipt_id_that_lost_the_race_with_409_and_rolls_back(api, db):
+    from core.models import LedgerEvent
+
+    first = accept(api, make_world(connector="external"))
+    second = accept(api, make_world(connector="external"))
+    for operation_id in (first, second):
+        assert operation_execute(operation_id=operation_id, executor="worker-a") == "awaiting_receipt"
+    first_action = Operation.objects.get(operation_id=first).envelope_id
+    second_action = Operation.objects.get(operation_id=second).envelope_id
+    assert api.post("/agp/receipts", {"action_id": first_action, "operation_id": first, "status": "succeeded",
+                                      "receipt_id": "rcpt-raced"}, format="json").status_code == 201
+    events_before = LedgerEvent.objects.count()
+
+    # The loser of the race has passed receipt_submit's existence check already: its
+    # INSERT is what collides.
+    with pytest.raises(errors.Conflict):
+        operation_finish(operation_id=second, fence=None, status="succeeded", result={}, executor="ext",
+                         actor="ext", receipt_id="rcpt-raced")
+
+    assert Operation.objects.get(operation_id=second).status == "running"
+    assert ActionEnvelope.objects.get(action_id=second_action).status == "accepted"
+    assert Receipt.objects.get(receipt_id="rcpt-raced").operation_id == first
+    assert LedgerEvent.objects.count() == events_before
+    response = api.post("/agp/receipts", {"action_id": second_action, "operation_id": second,
+                                          "status": "succeeded", "receipt_id": "rcpt-raced"}, format="json")
+    assert response.status_code == 409 and response.json()["error"]["code"] == "AGP_CONFLICT"
