@@ -123,4 +123,5 @@ def test_it_fuzzes_every_operation_from_the_schema_without_a_failure(fuzz_server
     generated = re.search(r"(\d+) generated", output)
     assert generated and int(generated.group(1)) >= operations * 5, report
     assert "found" not in output.split("Test cases:")[-1].splitlines()[1], report
-    print(f"schemathesis: {operations} operations, {generated.group(1)} cases, seed {SEED}")
+    seed = re.search(r"Seed: (\d+)", output)
+    print(f"schemathesis: {operations} operations, {generated.group(1)} cases, seed {seed.group(1) if seed else SEED}")
