@@ -38,9 +38,11 @@ USER_AGENT = "agp-executor/1"
 class UnsafeURL(errors.InvalidRequest):
     """An outbound URL the service refuses to call; ``reason`` says why."""
 
-    def __init__(self, reason: str, *, field: str = "url"):
+    def __init__(self, reason: str, *, field: str = "url", unresolved: bool = False):
         super().__init__(f"Refused outbound URL: {reason}", details={"fields": {field: [reason]}})
         self.reason = reason
+        # The host did not resolve (rather than resolving somewhere forbidden).
+        self.unresolved = unresolved
 
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -70,7 +72,7 @@ def _resolve(host: str, port: int) -> list[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise UnsafeURL(f"the host {host!r} does not resolve ({exc})") from None
+        raise UnsafeURL(f"the host {host!r} does not resolve ({exc})", unresolved=True) from None
     return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
 
 
@@ -100,12 +102,27 @@ def url_guard(url: str, *, field: str = "url") -> GuardedURL:
     try:
         addresses = _resolve(host, port)
     except UnsafeURL as exc:
-        raise UnsafeURL(exc.reason, field=field) from None
+        raise UnsafeURL(exc.reason, field=field, unresolved=exc.unresolved) from None
     for address in addresses:
         refusal = address_refusal(address)
         if refusal:
             raise UnsafeURL(f"{host} resolves to {refusal}", field=field)
     return GuardedURL(url, host, port, tuple(addresses))
+
+
+def url_guard_registration(url: str, *, field: str = "url") -> None:
+    """``url_guard`` for a URL stored now and called later (a Skill's ``endpoint_url``).
+
+    A URL that is or resolves to a private, loopback, link-local, ... address is refused
+    at once (400), so ``http://169.254.169.254/`` never gets registered. A host that does
+    not resolve yet is accepted: DNS may differ by execution time, where ``url_guard``
+    runs again on every call and the connection's peer is checked too.
+    """
+    try:
+        url_guard(url, field=field)
+    except UnsafeURL as exc:
+        if not exc.unresolved:
+            raise
 
 
 class _PeerCheck:

@@ -34,6 +34,7 @@ from agp_project.canonical import bytes_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append
+from execution.net import url_guard_registration
 
 from . import selectors
 from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, TaskStatus
@@ -437,10 +438,16 @@ def capability_create(*, actor: str, agent_id: str, delegation_id: str, tool_id:
 def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version: str = "",
                  connector: str = Connector.NOOP, endpoint_url: str = "", skill_id: str | None = None,
                  created_at: datetime | None = None) -> Skill:
-    """Register the tool connector that executes ``tool_id`` for an agent (SSRF checks run at execution)."""
+    """Register the tool connector that executes ``tool_id`` for an agent.
+
+    SSRF: an ``http`` endpoint on a forbidden address is refused here already (and checked
+    again at every execution).
+    """
     now = timezone.now()
     if connector == Connector.HTTP and not endpoint_url:
         raise errors.invalid_fields({"endpoint_url": ["Required for the http connector."]})
+    if connector == Connector.HTTP:
+        url_guard_registration(endpoint_url, field="endpoint_url")
     skill = Skill(skill_id=skill_id or new_id("skl"), agent_id=agent_id, name=name, version=version,
                   tool_id=tool_id, connector=connector, endpoint_url=endpoint_url, status=ActiveStatus.ACTIVE,
                   created_at=_timestamp(created_at, field="created_at", now=now))

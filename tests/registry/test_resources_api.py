@@ -227,6 +227,11 @@ def test_it_defaults_to_the_noop_connector(api):
     ({"connector": "http"}, "endpoint_url"),
     ({"connector": "http", "endpoint_url": "ftp://tools.example/x"}, "endpoint_url"),
     ({"connector": "http", "endpoint_url": "not a url"}, "endpoint_url"),
+    # SSRF at registration: cloud metadata, loopback, private, IPv4-mapped IPv6.
+    ({"connector": "http", "endpoint_url": "http://169.254.169.254/latest/meta-data/"}, "endpoint_url"),
+    ({"connector": "http", "endpoint_url": "http://localhost:8000/agp/tasks"}, "endpoint_url"),
+    ({"connector": "http", "endpoint_url": "http://10.0.0.5/tool"}, "endpoint_url"),
+    ({"connector": "http", "endpoint_url": "http://[::ffff:127.0.0.1]/tool"}, "endpoint_url"),
     ({"connector": "grpc"}, "connector"),
     ({"status": "revoked"}, "status"),
 ])
@@ -298,3 +303,12 @@ def test_it_lists_bindings_by_root_principal(api):
     assert response.status_code == 200
     assert [i["binding_id"] for i in response.json()["items"]] == [mine.binding_id]
     assert api.get(f"/agp/liability-bindings/{mine.binding_id}").json()["liable_party"] == "Acme Insurance"
+
+
+def test_it_registers_a_private_endpoint_when_private_urls_are_allowed(api, settings):
+    settings.AGP_ALLOW_PRIVATE_URLS = True
+    response = api.post("/agp/skills", {"agent_id": "a", "name": "n", "tool_id": "crm", "connector": "http",
+                                        "endpoint_url": "http://127.0.0.1:9000/tool"}, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["endpoint_url"] == "http://127.0.0.1:9000/tool"
+    assert Skill.objects.get().endpoint_url == "http://127.0.0.1:9000/tool"
