@@ -15,18 +15,25 @@ from .choices import (
 )
 
 
-class Task(models.Model):
+class Task(ConcurrentTransitionMixin, models.Model):
+    """A unit of work; ``status`` only moves ``open`` -> ``closed`` (PATCH /agp/tasks/{id})."""
+
     task_id = models.CharField(max_length=128, unique=True)
     root_principal = models.CharField(max_length=128, db_index=True)
     agent_id = models.CharField(max_length=128, db_index=True)
     title = models.CharField(max_length=512, blank=True, default="")
     risk_level = models.CharField(max_length=16, choices=RiskLevel.choices, default=RiskLevel.LOW)
     action_class = models.CharField(max_length=16, choices=ActionClass.choices, default=ActionClass.READ)
-    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN, db_index=True)
+    status = FSMField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN, db_index=True,
+                      protected=True)
     created_at = models.DateTimeField()
 
     def __str__(self):
         return self.task_id
+
+    @transition(field=status, source=TaskStatus.OPEN, target=TaskStatus.CLOSED)
+    def close(self):
+        """open -> closed: no new envelope passes check 1 for it."""
 
 
 PATH_SEGMENT_WIDTH = 12

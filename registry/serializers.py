@@ -175,6 +175,14 @@ class TaskSerializer(StrictSerializer):
     created_at = serializers.DateTimeField(required=False)
 
 
+class TaskStatusSerializer(StrictSerializer):
+    """``PATCH /agp/tasks/{id}``: ``status`` and nothing else (only ``closed`` is reachable)."""
+
+    type_name = "Task"
+
+    status = serializers.ChoiceField(choices=TaskStatus.choices)
+
+
 # --- capabilities -------------------------------------------------------------------------
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -381,6 +381,32 @@ def task_create(*, actor: str, root_principal: str, agent_id: str, risk_level: s
     return task
 
 
+def task_transition(*, actor: str, task_id: str, status: str) -> Task:
+    """Close a task (``open`` -> ``closed``, ledger ``task.closed``); check 1 then refuses it.
+
+    Any other move, including to the current state, is 409 ``AGP_INVALID_TRANSITION``;
+    an unknown id is 404.
+    """
+    with transaction.atomic():
+        # The row lock queues concurrent PATCHes: the second reads the committed state.
+        task = Task.objects.select_for_update().filter(task_id=task_id).first()
+        if task is None:
+            raise errors.NotFound(f"No task with id {task_id!r}.")
+        source = task.status
+        if status != TaskStatus.CLOSED or not can_proceed(task.close):
+            raise errors.InvalidTransition(
+                from_state=source, to_state=status,
+                allowed=sorted(str(t.target) for t in task.get_available_status_transitions()))
+        task.close()
+        try:
+            task.save(update_fields=["status"])
+        except ConcurrentTransition:
+            raise errors.InvalidTransition(from_state=source, to_state=status, allowed=[]) from None
+        ledger_append(event_type="task.closed", resource_type="Task", resource_id=task.task_id, actor=actor,
+                      payload={"from": source, "to": status})
+    return task
+
+
 # --- capabilities -------------------------------------------------------------------------
 def capability_create(*, actor: str, agent_id: str, delegation_id: str, tool_id: str, operations: list[str],
                       allowed_parameter_ranges: dict[str, Any] | None = None, expires_at: datetime | None = None,

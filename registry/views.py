@@ -17,6 +17,7 @@ from .serializers import (
     RevocationSerializer,
     SkillSerializer,
     TaskSerializer,
+    TaskStatusSerializer,
 )
 
 
@@ -101,17 +102,27 @@ class PolicySetViewSet(RegistryViewSet):
         return Response(self.render(instance))
 
 
-@documented(TaskSerializer)
+@documented(TaskSerializer, patch=TaskStatusSerializer, patch_conflict=(
+    "AGP_INVALID_TRANSITION: only open -> closed (`details.from`, `details.to`, `details.allowed`)."))
 class TaskViewSet(RegistryViewSet):
+    """Tasks; ``PATCH`` closes one (``{\"status\": \"closed\"}``), the only move there is."""
+
     queryset = Task.objects.all()
     serializer_class = TaskSerializer
     collection = "tasks"
     lookup_field = "task_id"
     filter_fields = {"root_principal": "root_principal", "agent_id": "agent_id", "status": "status",
                      "risk_level": "risk_level", "action_class": "action_class"}
+    http_method_names = ["get", "post", "patch", "head", "options"]
 
     def perform_create(self, validated, actor):
         return services.task_create(actor=actor, **validated)
+
+    def partial_update(self, request, *args, **kwargs):
+        validated = self.parse(serializer_class=TaskStatusSerializer)
+        instance = services.task_transition(actor=self.actor, task_id=kwargs[self.lookup_field],
+                                           status=validated["status"])
+        return Response(self.render(instance))
 
 
 @documented(CapabilitySerializer, conflict=(

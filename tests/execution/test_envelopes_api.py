@@ -11,6 +11,7 @@ from core.models import LedgerEvent
 from decision.models import CommerceSession
 from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment
 from execution.views_envelopes import parse_prefer
+from registry.models import Task
 from tests.execution.factories import make_full_world, make_world
 
 pytestmark = pytest.mark.django_db
@@ -222,8 +223,7 @@ def test_it_refuses_malformed_requests(api, change, field):
 def test_it_commits_the_rejection_event_and_replays_the_422_for_the_same_key(authed_api):
     world = make_full_world()
     body = world.envelope_request()
-    world.task.status = "closed"
-    world.task.save(update_fields=["status"])
+    Task.objects.filter(pk=world.task.pk).update(status="closed")
 
     first = authed_api.post(URL, body, format="json", HTTP_PREFER="respond-async", HTTP_IDEMPOTENCY_KEY="k-1")
     second = authed_api.post(URL, body, format="json", HTTP_PREFER="respond-async", HTTP_IDEMPOTENCY_KEY="k-1")
