@@ -17,6 +17,7 @@ from .resources import (
     Operations,
     PolicySets,
     Resource,
+    Tasks,
     _segment,
 )
 from .signatures import verify_signature
@@ -60,7 +61,7 @@ class AGPClient:
         # Registry API
         self.delegations = Resource(self, "delegations")
         self.policy_sets = PolicySets(self, "policy-sets")
-        self.tasks = Resource(self, "tasks")
+        self.tasks = Tasks(self, "tasks")
         self.capabilities = Resource(self, "capabilities")
         self.liability_bindings = Resource(self, "liability-bindings")
         self.skills = Resource(self, "skills")

@@ -84,6 +84,12 @@ class PolicySets(Resource):
         return self.update(policy_set_id, status="revoked", idempotency_key=idempotency_key)
 
 
+class Tasks(Resource):
+    def close(self, task_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """``PATCH /agp/tasks/{id}`` with ``{"status": "closed"}``: no envelope passes for it after."""
+        return self._patch(task_id, {"status": "closed"}, idempotency_key)
+
+
 class Decisions(Resource):
     def finalise(self, decision_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """``PATCH /agp/decisions/{id}`` with ``{"status": "finalised"}``."""

@@ -208,6 +208,8 @@ def main() -> None:
         if "a" in args.scenarios:
             log("(a) GET /agp/tasks/{id}")
             results["a"] = scenario("a", (200,))
+            log("(a) the same, one client (the latency floor of an authenticated request)")
+            results["a1"] = scenario("a", (200,), concurrency=1, requests=min(args.requests, 2000), warmup=0)
         if "b" in args.scenarios:
             log("(b) validate-only POST /agp/action-envelopes, saturated")
             results["b"] = scenario("b", (200,))
@@ -288,6 +290,7 @@ def table(results: dict) -> str:
 
     base = results.get("a", {}).get("throughput")
     http_row("a", "(a) GET /agp/tasks/{id} (baseline)")
+    http_row("a1", "(a) the same, 1 client")
     if "b" in results and base:
         http_row("b", "(b) validate envelope, passes",
                  f">=40% of (a): {results['b']['throughput'] / base:.0%}")

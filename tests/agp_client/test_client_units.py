@@ -152,6 +152,7 @@ SPECIAL_METHODS = {
     ("PATCH", "policy-sets"): ["policy_sets.update", "policy_sets.deprecate", "policy_sets.revoke"],
     ("PATCH", "decisions"): ["decisions.finalise"],
     ("PATCH", "escalations"): ["escalations.resolve"],
+    ("PATCH", "tasks"): ["tasks.close"],
     ("POST", "action-envelopes"): ["action_envelopes.validate", "action_envelopes.submit"],
     ("GET", "replay"): ["replay"],
     ("GET", "operations"): ["operations.get", "operations.wait"],
