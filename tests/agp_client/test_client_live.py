@@ -8,6 +8,7 @@ import uuid
 import pytest
 import requests
 
+import agp_client
 from agp_client import AGPClient, AuthenticationError, NotFoundError, ScopeError, ValidationError
 from agp_project.signing import Signer
 
@@ -216,3 +217,15 @@ def test_it_verifies_signatures_with_the_servers_published_key(live_agp):
         assert client.verify_signature(resource) is True
         assert client.verify_signature({**resource, "status": "failed"}) is False
         assert client.verify_signature({**resource, "signature": {**resource["signature"], "kid": "other"}}) is False
+
+
+def test_it_closes_a_task(live_agp):
+    with make_client(live_agp.url) as client:
+        task = client.tasks.create(root_principal="acme", agent_id="agent-1", risk_level="low", action_class="read")
+        closed = client.tasks.close(task["task_id"])
+        assert (closed["task_id"], closed["status"]) == (task["task_id"], "closed")
+        assert client.tasks.get(task["task_id"])["status"] == "closed"
+        assert [e["event_type"] for e in events_for(client, task["task_id"])] == ["task.closed", "task.created"]
+        with pytest.raises(agp_client.InvalidTransitionError) as again:
+            client.tasks.close(task["task_id"])
+        assert (again.value.status, again.value.code) == (409, "AGP_INVALID_TRANSITION")

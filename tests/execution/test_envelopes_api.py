@@ -237,6 +237,21 @@ def test_it_commits_the_rejection_event_and_replays_the_422_for_the_same_key(aut
     _nothing_stored(world)
 
 
+
+def test_it_refuses_an_envelope_for_a_task_closed_through_the_api(authed_api):
+    world = make_full_world()
+    body = world.envelope_request()
+    closed = authed_api.patch(f"/agp/tasks/{world.task.task_id}", {"status": "closed"}, format="json")
+    assert closed.status_code == 200 and closed.json()["status"] == "closed"
+
+    response = authed_api.post(URL, body, format="json", HTTP_PREFER="respond-async")
+
+    assert response.status_code == 422
+    assert {"check": "task", "reason": f"task {world.task.task_id!r} is closed, not open"} in \
+        response.json()["error"]["details"]["failed_checks"]
+    _nothing_stored(world)
+
+
 # --- the broker -------------------------------------------------------------------------------------------
 @pytest.fixture
 def broker_url():

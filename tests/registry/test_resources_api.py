@@ -312,3 +312,59 @@ def test_it_registers_a_private_endpoint_when_private_urls_are_allowed(api, sett
     assert response.status_code == 201, response.json()
     assert response.json()["endpoint_url"] == "http://127.0.0.1:9000/tool"
     assert Skill.objects.get().endpoint_url == "http://127.0.0.1:9000/tool"
+
+
+# --- closing a task -----------------------------------------------------------------------
+def test_it_closes_an_open_task_and_ledgers_it(api):
+    task = f.task(task_id="task-close")
+
+    response = api.patch("/agp/tasks/task-close", {"status": "closed"}, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert (response.json()["task_id"], response.json()["status"]) == ("task-close", "closed")
+    assert Task.objects.get(pk=task.pk).status == "closed"
+    event = LedgerEvent.objects.filter(resource_id="task-close").order_by("sequence").last()
+    assert (event.event_type, event.resource_type, event.payload) == (
+        "task.closed", "Task", {"from": "open", "to": "closed"})
+
+
+@pytest.mark.parametrize("status", ["closed", "open"])
+def test_it_refuses_to_move_a_closed_task(api, status):
+    f.task(task_id="task-shut")
+    assert api.patch("/agp/tasks/task-shut", {"status": "closed"}, format="json").status_code == 200
+    events = LedgerEvent.objects.count()
+
+    error = assert_error(api.patch("/agp/tasks/task-shut", {"status": status}, format="json"),
+                         409, "AGP_INVALID_TRANSITION")
+
+    assert (error["details"]["from"], error["details"]["to"], error["details"]["allowed"]) == ("closed", status, [])
+    assert Task.objects.get(task_id="task-shut").status == "closed"
+    assert LedgerEvent.objects.count() == events
+
+
+def test_it_refuses_reopening_an_open_task_as_a_transition(api):
+    f.task(task_id="task-open")
+    error = assert_error(api.patch("/agp/tasks/task-open", {"status": "open"}, format="json"),
+                         409, "AGP_INVALID_TRANSITION")
+    assert error["details"]["allowed"] == ["closed"]
+    assert Task.objects.get(task_id="task-open").status == "open"
+    assert not LedgerEvent.objects.filter(event_type="task.closed").exists()
+
+
+@pytest.mark.parametrize("body", [{"status": "done"}, {"status": "closed", "title": "x"}, {}])
+def test_it_refuses_a_task_patch_with_anything_but_a_status(api, body):
+    f.task(task_id="task-strict")
+    assert_error(api.patch("/agp/tasks/task-strict", body, format="json"), 400, "AGP_INVALID_REQUEST")
+    assert Task.objects.get(task_id="task-strict").status == "open"
+
+
+def test_it_answers_404_when_closing_an_unknown_task(api):
+    assert_error(api.patch("/agp/tasks/task-none", {"status": "closed"}, format="json"), 404, "AGP_NOT_FOUND")
+    assert not LedgerEvent.objects.filter(event_type="task.closed").exists()
+
+
+def test_it_refuses_assigning_a_task_status_directly():
+    task = f.task()
+    with pytest.raises(AttributeError):
+        task.status = "closed"
+    assert Task.objects.get(pk=task.pk).status == "open"
