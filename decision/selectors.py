@@ -6,7 +6,7 @@ here; each takes model instances or plain ids, so callers need not load rows fir
 
 from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from registry.choices import ActionClass, RiskLevel
 from registry.models import Task
@@ -41,29 +41,41 @@ def impact_assessment_required(*, task: Task) -> bool:
 
 
 def impact_assessment_newest(*, task: Task | str, decision: Decision | str) -> ImpactAssessment | None:
-    """The newest assessment (by ``assessed_at``, then by creation) of ``decision`` for ``task``."""
+    """The assessment of ``decision`` for ``task`` recorded last (server order).
+
+    Not by ``assessed_at``: the client sets that, so a future-dated assessment would
+    outrank a later ``do_not_proceed`` one.
+    """
     return (ImpactAssessment.objects
             .filter(task_id=_id(task, "task_id"), decision_id=_id(decision, "decision_id"))
-            .order_by("-assessed_at", "-pk").first())
+            .order_by("-pk").first())
 
 
 # --- approvals -----------------------------------------------------------------------------
+def approval_newest(*, decision: Decision | str, now: datetime) -> Approval | None:
+    """The approved, unexpired approval of ``decision`` recorded last, annotated with
+    ``rejected_later`` (a rejection was recorded after it); one query.
+
+    "Later" is server order (primary key), never the client-settable ``created_at``: a
+    backdated rejection still withdraws the approval before it.
+    """
+    decision_id = _id(decision, "decision_id")
+    return (Approval.objects.filter(decision_id=decision_id, verdict=ApprovalVerdict.APPROVED)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+            .annotate(rejected_later=Exists(Approval.objects.filter(
+                decision_id=decision_id, verdict=ApprovalVerdict.REJECTED, pk__gt=OuterRef("pk"))))
+            .order_by("-pk").first())
+
+
 def approval_valid_for(*, decision: Decision | str, now: datetime) -> Approval | None:
     """The newest approved, unexpired approval of ``decision``, unless a later approval rejected it.
 
     Approvals are immutable, so a rejection recorded after an approval is how that
-    approval is withdrawn; an approval recorded after a rejection stands (CONTRACT C8
-    check 7 reads approvals the same way).
+    approval is withdrawn; an approval recorded after a rejection stands. CONTRACT C8
+    check 7 calls ``approval_newest`` to tell the two refusals apart.
     """
-    decision_id = _id(decision, "decision_id")
-    approval = (Approval.objects.filter(decision_id=decision_id, verdict=ApprovalVerdict.APPROVED)
-                .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-                .order_by("-created_at", "-pk").first())
-    if approval is None:
-        return None
-    withdrawn = Approval.objects.filter(decision_id=decision_id, verdict=ApprovalVerdict.REJECTED,
-                                        created_at__gt=approval.created_at).exists()
-    return None if withdrawn else approval
+    approval = approval_newest(decision=decision, now=now)
+    return None if approval is None or approval.rejected_later else approval
 
 
 # --- escalations ---------------------------------------------------------------------------
@@ -84,7 +96,7 @@ def escalations_blocking(*, task_id: str | None = None, decision_id: str | None 
         return Escalation.objects.none()
     standing = Q(status=EscalationStatus.OPEN) | Q(status=EscalationStatus.RESOLVED,
                                                    outcome=EscalationOutcome.UPHELD)
-    return Escalation.objects.filter(target).filter(standing).order_by("pk")
+    return Escalation.objects.filter(target).filter(standing).order_by("-pk")
 
 
 def escalation_blocking(*, task_id: str | None = None, decision_id: str | None = None,

@@ -22,8 +22,9 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append
-from registry.choices import ActiveStatus, PolicySetStatus
+from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
+from registry.selectors import delegation_chain_problem
 
 from . import engine
 from .choices import DecisionOutcome, DecisionStatus, EscalationStatus, EthicalFramework, Recommendation
@@ -449,17 +450,6 @@ def escalation_status_set(*, actor: str, escalation_id: str, status: str, outcom
 
 
 # --- commerce sessions ------------------------------------------------------------------------
-def _delegation_chain_problem(delegation: Delegation, now: datetime) -> str | None:
-    """Why the delegation's chain grants nothing now (revoked or expired link), or None."""
-    chain_pks = [int(segment) for segment in delegation.path.split("/") if segment] or [delegation.pk]
-    for link in Delegation.objects.filter(pk__in=chain_pks).only("delegation_id", "status", "expires_at"):
-        if link.status != ActiveStatus.ACTIVE:
-            return f"delegation {link.delegation_id!r} in the chain is {link.status}"
-        if link.expires_at is not None and link.expires_at <= now:
-            return f"delegation {link.delegation_id!r} in the chain has expired"
-    return None
-
-
 def commerce_session_create(*, actor: str, task_id: str, agent_id: str, delegation_id: str, currency: str,
                             amount_limit: Decimal, merchant: str = "", expires_at: datetime | None = None,
                             session_id: str | None = None, created_at: datetime | None = None) -> CommerceSession:
@@ -483,7 +473,8 @@ def commerce_session_create(*, actor: str, task_id: str, agent_id: str, delegati
     if delegation.root_principal != task.root_principal:
         problems.append(f"delegation {delegation_id!r} acts for {delegation.root_principal!r}, "
                         f"the task for {task.root_principal!r}")
-    chain_problem = _delegation_chain_problem(delegation, now)
+    # The registry's chain rule (C5): revoked, expired or revoked-agent links, one query.
+    chain_problem = delegation_chain_problem(delegation=delegation, now=now)
     if chain_problem:
         problems.append(chain_problem)
     if delegation.spend_amount is None or delegation.spend_currency is None:

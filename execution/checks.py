@@ -29,7 +29,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agp_project.canonical import content_hash
-from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
+from decision.models import CommerceSession, Decision, PolicyEvaluation
+from decision.selectors import (
+    approval_newest,
+    escalations_blocking,
+    impact_assessment_newest,
+    impact_assessment_required,
+)
 from registry.models import Capability, Delegation, LiabilityBinding, Revocation, Skill, Task
 from registry.scopes import scope_covers, tool_scope
 from registry.selectors import delegation_links_problem
@@ -48,8 +54,6 @@ CHECK_NAMES = (
 )
 
 CLOCK_SKEW = timedelta(seconds=60)
-RULE5_RISK_LEVELS = ("high", "critical")
-RULE5_ACTION_CLASSES = ("transact", "delete", "admin")
 # Candidates examined for check 2; an agent with more active delegations under one root
 # principal than this, all broken but an older one, is refused (fail closed).
 MAX_DELEGATION_CANDIDATES = 20
@@ -265,7 +269,8 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
             .filter(_unexpired(now))
             .annotate(preferred=Case(When(delegation_id=preferred, then=Value(0)), default=Value(1),
                                      output_field=IntegerField()))
-            .order_by("preferred", "-accepted_at", "-pk")[:MAX_DELEGATION_CANDIDATES])
+            # Newest by server order (as C5 parent discovery), not by the client-settable accepted_at.
+            .order_by("preferred", "-pk")[:MAX_DELEGATION_CANDIDATES])
         link_pks = {pk for candidate in candidates for pk in _chain_pks(candidate.path)}
         links = {link.pk: link for link in (
             Delegation.objects.filter(pk__in=link_pks)
@@ -384,9 +389,8 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     # 6. impact assessment (C7 rule 5) ------------------------------------------------
     if task is None:
         results.fail("impact_assessment", "cannot tell whether an impact assessment is required: no task")
-    elif task.risk_level in RULE5_RISK_LEVELS and task.action_class in RULE5_ACTION_CLASSES:
-        assessment = (ImpactAssessment.objects.filter(task_id=task.task_id, decision_id=inputs.decision_ref)
-                      .order_by("-assessed_at", "-pk").first())
+    elif impact_assessment_required(task=task):
+        assessment = impact_assessment_newest(task=task, decision=inputs.decision_ref)
         if assessment is None:
             results.fail("impact_assessment", f"a {task.risk_level} {task.action_class} task needs an impact "
                                               f"assessment for decision {inputs.decision_ref!r}")
@@ -402,11 +406,7 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     # 7. approval ---------------------------------------------------------------------
     # The newest approved, unexpired approval of the decision, unless a later approval
     # rejected it (approvals are immutable, so a later rejection is how one is withdrawn).
-    approval = (Approval.objects.filter(decision_id=inputs.decision_ref, verdict="approved")
-                .filter(_unexpired(now))
-                .annotate(rejected_later=Exists(Approval.objects.filter(
-                    decision_id=inputs.decision_ref, verdict="rejected", created_at__gt=OuterRef("created_at"))))
-                .order_by("-created_at", "-pk").first())
+    approval = approval_newest(decision=inputs.decision_ref, now=now)
     usable = approval is not None and not approval.rejected_later
     required_because = []
     if task is not None and task.risk_level == "critical":
@@ -430,11 +430,9 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
         results.ok("approval", "not required")
 
     # 8. escalation -------------------------------------------------------------------
-    blocking = list(Escalation.objects
-                    .filter(Q(task_id=inputs.task_id) | Q(decision_id=inputs.decision_ref)
-                            | Q(action_id=inputs.action_id))
-                    .filter(Q(status="open") | Q(outcome="upheld"))
-                    .order_by("-created_at").values_list("escalation_id", "status")[:5])
+    blocking = list(escalations_blocking(task_id=inputs.task_id, decision_id=inputs.decision_ref,
+                                         action_id=inputs.action_id)
+                    .values_list("escalation_id", "status")[:5])
     if blocking:
         names = ", ".join(f"{eid!r} ({'open' if status == 'open' else 'upheld'})" for eid, status in blocking)
         results.fail("escalation", f"blocking escalation(s) on the task, decision or action: {names}")

@@ -76,7 +76,24 @@ def test_it_refuses_a_session_under_a_revoked_ancestor(api):
 
     assert response.status_code == 409
     assert response.json()["error"]["details"]["violations"] == [
-        f"delegation {root.delegation_id!r} in the chain is revoked"]
+        f"delegation {root.delegation_id} is revoked"]
+    assert not CommerceSession.objects.exists()
+
+
+def test_it_refuses_a_session_under_a_delegation_whose_agent_was_revoked(api):
+    from registry.models import Revocation
+
+    root = make_delegation(delegate_agent="orchestrator")
+    child = make_delegation(parent=root, delegator_agent="orchestrator")
+    Revocation.objects.create(revocation_id="rev-agent", target_type="agent", target_id="orchestrator",
+                              revoked_by="admin", reason="compromised", revoked_at=timezone.now(),
+                              created_at=timezone.now())
+
+    response = api.post("/agp/commerce-sessions", body(make_task(), child), format="json")
+
+    assert response.status_code == 409
+    assert response.json()["error"]["details"]["violations"] == [
+        f"an agent of delegation {root.delegation_id} is revoked"]
     assert not CommerceSession.objects.exists()
 
 

@@ -448,3 +448,45 @@ def test_it_pins_the_query_count_of_each_action_class(django_assert_num_queries)
     # + impact assessment, commerce session, chain spending, liability binding
     with django_assert_num_queries(13):
         assert envelope_checks(inputs=transact_inputs).passed
+
+
+# --- server order, never client-settable timestamps ------------------------------------------------------
+def test_it_honours_a_rejection_recorded_after_the_approval_even_when_backdated():
+    world = make_full_world()
+    Approval.objects.create(approval_id="apr-backdated", decision=world.decision, approver="human-2",
+                            verdict="rejected", expires_at=timezone.now() + timedelta(hours=1),
+                            created_at=world.approval.created_at - timedelta(days=1))
+
+    report = envelope_checks(inputs=_inputs(world))
+
+    assert _failed(report) == ["approval"]
+    assert "rejected by a later approval" in report.result("approval")["reason"]
+
+
+def test_it_takes_the_assessment_recorded_last_not_the_one_dated_latest():
+    world = make_full_world()
+    ImpactAssessment.objects.filter(pk=world.assessment.pk).update(
+        assessed_at=timezone.now() + timedelta(days=30))
+    ImpactAssessment.objects.create(
+        assessment_id="ia-later", task=world.task, decision=world.decision, agent_id="assessor-2",
+        time_horizons=[{"horizon": "immediate", "consequences": [], "severity": "severe", "reversible": False}],
+        recommendation="do_not_proceed", assessed_at=timezone.now(), created_at=timezone.now())
+
+    report = envelope_checks(inputs=_inputs(world))
+
+    assert _failed(report) == ["impact_assessment"]
+    assert "'ia-later' recommends do_not_proceed" in report.result("impact_assessment")["reason"]
+
+
+def test_it_picks_the_delegation_recorded_last_not_the_one_with_the_latest_accepted_at():
+    world = make_world()
+    from tests.execution.factories import make_delegation
+    later = make_delegation(root_principal=world.root_principal, delegator=world.orchestrator_id,
+                            delegate=world.agent_id, scope=["crm:*"], parent=world.root_delegation)
+    Delegation.objects.filter(pk=later.pk).update(accepted_at=timezone.now() - timedelta(days=30))
+
+    # No capability to prefer a delegation by: the newest usable one is taken.
+    report = envelope_checks(inputs=_inputs(world, capability_token_ref="cap-none"))
+
+    assert report.delegation_ref == later.delegation_id
+    assert report.result("delegation")["passed"] is True
