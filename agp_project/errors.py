@@ -76,6 +76,11 @@ class Conflict(AGPError):
     default_message = "The resource already exists."
 
 
+def duplicate_id(resource: str, field: str, value: str) -> Conflict:
+    """The one 409 for a client-chosen id that is taken: ``details`` names the field and its value."""
+    return Conflict(f"A {resource} with {field} {value!r} already exists.", details={"field": field, "value": value})
+
+
 class DelegationScopeViolation(Conflict):
     code = "AGP_DELEGATION_SCOPE_VIOLATION"
     default_message = "The delegation violates the scope of its parent."

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from .canonical import content_hash
+from .timeutil import iso
 
 
 def b64url(data: bytes) -> str:
@@ -68,7 +69,7 @@ class Signer:
     def sign(self, resource: dict[str, Any], *, issued_at: datetime | None = None) -> dict[str, str]:
         """The C9 Signature object for ``resource`` (its own ``signature`` is ignored)."""
         payload_hash = content_hash({k: v for k, v in resource.items() if k != "signature"})
-        issued = (issued_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        issued = iso(issued_at or datetime.now(UTC))
         return {
             "alg": "EdDSA",
             "kid": self.kid,

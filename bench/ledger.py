@@ -41,7 +41,8 @@ def seed(target: int) -> dict:
     from django.db import connection, transaction
 
     from agp_project.canonical import content_hash
-    from core.ledger import TIME_FORMAT, canonical_event, chain_hash
+    from agp_project.timeutil import TIME_FORMAT
+    from core.ledger import canonical_event, chain_hash
     from core.models import LedgerEvent, LedgerHead
 
     started = time.perf_counter()

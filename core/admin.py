@@ -1,7 +1,5 @@
 """Admin for the ledger (with its verification), the ledger head, idempotency records, users and groups."""
 
-from datetime import UTC
-
 from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
@@ -12,6 +10,7 @@ from django.urls import path
 from django.utils.html import format_html
 
 from agp_project.canonical import content_hash
+from agp_project.timeutil import iso
 
 from .admin_base import (
     AuditorReadOnlyMixin,
@@ -23,14 +22,13 @@ from .admin_base import (
     pretty_json,
     short_hash,
 )
-from .ledger import GENESIS_HASH, TIME_FORMAT, canonical_event, chain_hash, ledger_verify
+from .ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_verify
 from .models import IdempotencyRecord, LedgerEvent, LedgerHead
 
 # Ledger ``resource_type`` -> (model, its public id field): where an event's resource lives.
 RESOURCE_MODELS = {
     "Task": ("registry.Task", "task_id"),
     "DelegationChain": ("registry.Delegation", "delegation_id"),
-    "Delegation": ("registry.Delegation", "delegation_id"),
     "PolicySet": ("registry.PolicySet", "policy_set_id"),
     "Capability": ("registry.Capability", "capability_id"),
     "Skill": ("registry.Skill", "skill_id"),
@@ -168,7 +166,7 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
         recomputed = chain_hash(obj.prev_hash, canonical_event(
             sequence=obj.sequence, event_id=obj.event_id, event_type=obj.event_type,
             resource_type=obj.resource_type, resource_id=obj.resource_id, actor=obj.actor,
-            payload_hash=obj.payload_hash, recorded_at=obj.recorded_at.astimezone(UTC).strftime(TIME_FORMAT)))
+            payload_hash=obj.payload_hash, recorded_at=iso(obj.recorded_at)))
         if recomputed != obj.hash:
             problems.append("hash does not recompute from the event")
         if content_hash(obj.payload) != obj.payload_hash:

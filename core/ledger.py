@@ -15,11 +15,11 @@ from django.db import IntegrityError, connection, transaction
 from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.ids import new_id
+from agp_project.timeutil import iso
 
 from .models import LedgerEvent, LedgerHead
 
 GENESIS_HASH = "0" * 64
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 # The chained fields in RFC 8785 order (keys sorted); each string goes through the C
@@ -41,16 +41,6 @@ def canonical_event(*, sequence: int, event_id: str, event_type: str, resource_t
         _json_string(actor), _json_string(event_id), _json_string(event_type), _json_string(payload_hash),
         _json_string(recorded_at), _json_string(resource_id), _json_string(resource_type), int(sequence),
     )).encode("utf-8")
-
-
-def _stamp(value: datetime) -> str:
-    """``recorded_at`` as chained: UTC, microseconds, ``Z`` (``TIME_FORMAT``, without strftime's cost)."""
-    if value.utcoffset():
-        value = value.astimezone(UTC)
-    if value.year < 1000:  # strftime does not pad %Y; keep its form for such (never written) years
-        return value.strftime(TIME_FORMAT)
-    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (value.year, value.month, value.day, value.hour, value.minute,
-                                                     value.second, value.microsecond)
 
 
 def chain_hash(prev_hash: str, event_bytes: bytes) -> str:
@@ -80,15 +70,20 @@ def ledger_append(*, event_type: str, resource_type: str, resource_id: str, acto
     if not connection.in_atomic_block:
         raise RuntimeError("ledger_append must run inside the transaction of the change it records")
     payload = payload or {}
+    return _append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
+                   payload=payload, payload_hash=content_hash(payload), event_id=event_id)
+
+
+def _append(*, event_type: str, resource_type: str, resource_id: str, actor: str, payload: dict[str, Any],
+            payload_hash: str, event_id: str | None) -> LedgerEvent:
     head = _locked_head()
     sequence = head.sequence + 1
     recorded = datetime.now(UTC)
     event_id = event_id or new_id("evt")
-    payload_hash = content_hash(payload)
     event_hash = chain_hash(head.hash, canonical_event(
         sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
         resource_id=resource_id, actor=actor, payload_hash=payload_hash,
-        recorded_at=recorded.strftime(TIME_FORMAT)))
+        recorded_at=iso(recorded)))
     event = LedgerEvent.objects.create(
         sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
         resource_id=resource_id, actor=actor, payload=payload, payload_hash=payload_hash,
@@ -145,7 +140,7 @@ def _iter_rows(batch_size: int) -> Iterable[tuple]:
         if not rows:
             return
         for row in rows:
-            yield (*row[:10], _stamp(row[10]))
+            yield (*row[:10], iso(row[10]))
         last = rows[-1][0]
 
 
@@ -186,16 +181,16 @@ def ledger_append_client_event(*, event_type: str, resource_type: str, resource_
     requests race for it (the unique index decides, after the head lock queued them).
     """
     try:
-        content_hash(payload)
+        payload_hash = content_hash(payload)
     except rfc8785.CanonicalizationError as exc:
         raise errors.invalid_fields({"payload": [f"Not representable as canonical JSON: {exc}"]}) from None
     if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
-        raise errors.Conflict(f"A ledger event with event_id {event_id!r} exists.")
+        raise errors.duplicate_id("ledger event", "event_id", event_id)
     try:
         with transaction.atomic():
-            return ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                                 actor=actor, payload=payload, event_id=event_id)
+            return _append(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
+                           actor=actor, payload=payload, payload_hash=payload_hash, event_id=event_id)
     except IntegrityError:
         if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
-            raise errors.Conflict(f"A ledger event with event_id {event_id!r} exists.") from None
+            raise errors.duplicate_id("ledger event", "event_id", event_id) from None
         raise

@@ -7,7 +7,7 @@ docs/decisions/decision-api.md.
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +21,7 @@ from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
+from agp_project.timeutil import iso, not_in_future
 from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
@@ -40,9 +41,6 @@ from .models import (
 )
 from .selectors import impact_assessment_newest, impact_assessment_required
 
-# A timestamp a client sets may run ahead of the server clock by at most this much.
-CLOCK_SKEW = timedelta(seconds=60)
-
 
 # --- helpers -------------------------------------------------------------------------------
 @contextmanager
@@ -51,8 +49,7 @@ def _unique(resource: str, id_field: str, value: str) -> Iterator[None]:
     try:
         yield
     except IntegrityError:
-        raise errors.Conflict(f"A {resource} with {id_field} {value!r} already exists.",
-                              details={"fields": {id_field: ["Already exists."]}}) from None
+        raise errors.duplicate_id(resource, id_field, value) from None
 
 
 def _hash_of(value: Any, field: str) -> str:
@@ -70,17 +67,11 @@ def _task(task_id: str, field: str = "task_id") -> Task:
     return task
 
 
-def _not_in_future(value: datetime, field: str, now: datetime) -> datetime:
-    if value > now + CLOCK_SKEW:
-        raise errors.invalid_fields({field: ["Must not be in the future."]})
-    return value
-
-
 def _created_at(value: datetime | None, now: datetime | None = None) -> datetime:
     """A client may date its record (C1), but not ahead of the server clock: "newest" decides
     which approval or assessment counts, and a future date would win every comparison."""
     now = now or timezone.now()
-    return now if value is None else _not_in_future(value, "created_at", now)
+    return now if value is None else not_in_future(value, field="created_at", now=now)
 
 
 def _check(check: str, reason: str) -> dict[str, str]:
@@ -118,19 +109,15 @@ def evidence_bundle_create(*, actor: str, task_id: str, items: Sequence[dict[str
 
 
 # --- policy evaluations -----------------------------------------------------------------------
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
     warnings = []
     if policy_set.status == PolicySetStatus.DEPRECATED:
         warnings.append(f"Policy set {policy_set.policy_set_id!r} is deprecated.")
     if policy_set.effective_from and policy_set.effective_from > now:
         warnings.append(f"Policy set {policy_set.policy_set_id!r} is not effective until "
-                        f"{_iso(policy_set.effective_from)}.")
+                        f"{iso(policy_set.effective_from)}.")
     if policy_set.expires_at and policy_set.expires_at <= now:
-        warnings.append(f"Policy set {policy_set.policy_set_id!r} expired at {_iso(policy_set.expires_at)}.")
+        warnings.append(f"Policy set {policy_set.policy_set_id!r} expired at {iso(policy_set.expires_at)}.")
     return warnings
 
 
@@ -324,7 +311,7 @@ def impact_assessment_create(*, actor: str, task_id: str, decision_ref: str, age
 
     assessment_id = assessment_id or new_id("ia")
     now = timezone.now()
-    assessed_at = _not_in_future(assessed_at, "assessed_at", now) if assessed_at else now
+    assessed_at = not_in_future(assessed_at, field="assessed_at", now=now) if assessed_at else now
     task = Task.objects.filter(task_id=task_id).first()
     with _unique("impact assessment", "assessment_id", assessment_id), transaction.atomic():
         # Locking the decision orders this against its finalisation (which locks it too):

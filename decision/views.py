@@ -1,9 +1,8 @@
 """The Decision API: thin viewsets that parse, call one service, render (CONTRACT C7)."""
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
-from agp_project.http.schema import ErrorEnvelopeSerializer, ExactFilterSchema, KeysetPaginationSchema
+from agp_project.http.schema import ExactFilterSchema, KeysetPaginationSchema, documented
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from . import selectors, services
@@ -19,35 +18,6 @@ from .serializers import (
     ImpactAssessmentSerializer,
     PolicyEvaluationSerializer,
 )
-
-
-COMMON_ERRORS = {
-    400: "AGP_INVALID_REQUEST: malformed body, unknown or read-only field, bad enum, or a reference to a "
-         "record that does not exist (`details.fields`).",
-    401: "AGP_UNAUTHENTICATED.",
-    403: "AGP_INSUFFICIENT_SCOPE (`details.required_scopes`).",
-    503: "AGP_UNAVAILABLE: the database is unreachable; nothing was written.",
-}
-
-
-def _errors(**extra: str) -> dict[int, OpenApiResponse]:
-    described = {**COMMON_ERRORS, **{int(code[1:]): text for code, text in extra.items()}}
-    return {code: OpenApiResponse(ErrorEnvelopeSerializer, description=text) for code, text in sorted(described.items())}
-
-
-def documented(serializer, *, create: dict[str, str] | None = None, patch=None, patch_errors=None):
-    """``extend_schema_view`` for a Decision API viewset: bodies and every error status."""
-    not_found = {"e404": "AGP_NOT_FOUND: no such id."}
-    views = {
-        "list": extend_schema(responses={200: serializer, **_errors()}),
-        "retrieve": extend_schema(responses={200: serializer, **_errors(**not_found)}),
-        "create": extend_schema(request=serializer, responses={
-            201: serializer, **_errors(**{"e409": "AGP_CONFLICT: the id already exists.", **(create or {})})}),
-    }
-    if patch is not None:
-        views["partial_update"] = extend_schema(request=patch, responses={
-            200: serializer, **_errors(**not_found, **(patch_errors or {}))})
-    return extend_schema_view(**views)
 
 
 class DecisionGroupViewSet(CreateMixin, AGPViewSet):
@@ -86,7 +56,7 @@ class EvidenceBundleViewSet(DecisionGroupViewSet):
 
 
 @documented(PolicyEvaluationSerializer, create={
-    "e422": "AGP_PREREQUISITE_FAILED: the policy set is revoked (check `policy_set_not_revoked`)."})
+    422: "AGP_PREREQUISITE_FAILED: the policy set is revoked (check `policy_set_not_revoked`)."})
 class PolicyEvaluationViewSet(DecisionGroupViewSet):
     """Rego evaluations of a policy set's ruleset for a task (refused for revoked sets)."""
 
@@ -102,8 +72,8 @@ class PolicyEvaluationViewSet(DecisionGroupViewSet):
 
 
 @documented(DecisionSerializer, patch=DecisionStatusSerializer, patch_errors={
-    "e409": "AGP_INVALID_TRANSITION: only draft -> finalised (`details.from`, `to`, `allowed`).",
-    "e422": "AGP_IMPACT_ASSESSMENT_REQUIRED (rule 5), or AGP_PREREQUISITE_FAILED: an approve over a "
+    409: "AGP_INVALID_TRANSITION: only draft -> finalised (`details.from`, `to`, `allowed`).",
+    422: "AGP_IMPACT_ASSESSMENT_REQUIRED (rule 5), or AGP_PREREQUISITE_FAILED: an approve over a "
             "do_not_proceed assessment, or an evaluation of a revoked policy set (`details.failed_checks`)."})
 class DecisionViewSet(DecisionGroupViewSet):
     """Decision records: created ``draft``, finalised by PATCH (rule 5 applies)."""
@@ -140,7 +110,7 @@ class ImpactAssessmentViewSet(DecisionGroupViewSet):
 
 
 @documented(ApprovalSerializer, create={
-    "e422": "AGP_PREREQUISITE_FAILED: the approver is the decision's own agent (check `approver_independent`)."})
+    422: "AGP_PREREQUISITE_FAILED: the approver is the decision's own agent (check `approver_independent`)."})
 class ApprovalViewSet(DecisionGroupViewSet):
     """Immutable, expiring, signed approvals of decisions (``agp.approval.write`` to create)."""
 
@@ -156,7 +126,7 @@ class ApprovalViewSet(DecisionGroupViewSet):
 
 
 @documented(EscalationSerializer, patch=EscalationResolveSerializer, patch_errors={
-    "e409": "AGP_INVALID_TRANSITION: only open -> resolved; resolved is final."})
+    409: "AGP_INVALID_TRANSITION: only open -> resolved; resolved is final."})
 class EscalationViewSet(DecisionGroupViewSet):
     """Escalation notices: created ``open``, resolved once by PATCH with an outcome."""
 
@@ -177,7 +147,7 @@ class EscalationViewSet(DecisionGroupViewSet):
 
 
 @documented(CommerceSessionSerializer, create={
-    "e409": "AGP_CONFLICT: the id already exists; AGP_DELEGATION_SCOPE_VIOLATION: outside the delegation "
+    409: "AGP_CONFLICT: the id already exists; AGP_DELEGATION_SCOPE_VIOLATION: outside the delegation "
             "(agent, principal, chain, currency, spend limit, expiry; `details.violations`)."})
 class CommerceSessionViewSet(DecisionGroupViewSet):
     """Spending windows inside a delegation's spend limit; spent and reserved amounts are server-kept."""

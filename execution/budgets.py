@@ -26,10 +26,8 @@ from decision.models import CommerceSession
 from registry.models import Delegation
 
 from .checks import MONEY, ZERO
-from .choices import PaymentStatus
+from .choices import WORKER_ACTOR, PaymentStatus
 from .models import ActionEnvelope, Payment
-
-WORKER_ACTOR = "agp-worker"
 
 
 class BudgetExhausted(Exception):

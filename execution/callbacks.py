@@ -30,7 +30,7 @@ from django.utils import timezone
 from core.ledger import ledger_append
 from core.models import LedgerEvent
 
-from .choices import OPERATION_TERMINAL, CallbackStatus
+from .choices import CALLBACK_TASK, OPERATION_TERMINAL, WORKER_ACTOR, CallbackStatus
 from .models import CallbackAttempt, Operation, OutboxMessage
 from .net import UnsafeURL, http_post
 from .outbox import outbox_enqueue
@@ -39,11 +39,9 @@ from .serializers_operations import operation_representation
 logger = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "AGP-Signature"
-CALLBACK_TASK = "agp.deliver_callback"
 # How long past its due time a delivery must be missing before recovery sends it again.
 RECOVERY_GRACE = timedelta(seconds=60)
 RECOVERY_LOOKBACK = timedelta(hours=1)
-SYSTEM_ACTOR = "agp-worker"
 
 
 def callback_body(operation: Operation) -> bytes:
@@ -131,7 +129,7 @@ def callback_deliver(*, operation_id: str) -> DeliveryOutcome:
             response_status=response_status, error=problem)
         if final:
             ledger_append(event_type="callback.delivered" if delivered else "callback.abandoned",
-                          resource_type="Operation", resource_id=operation_id, actor=SYSTEM_ACTOR,
+                          resource_type="Operation", resource_id=operation_id, actor=WORKER_ACTOR,
                           payload={"url": operation.callback_url, "attempts": number,
                                    "response_status": response_status, "error": problem})
     if delivered:

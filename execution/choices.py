@@ -1,5 +1,11 @@
 from django.db import models
 
+# Who the ledger names for what the worker does (operations, payments, callbacks).
+WORKER_ACTOR = "agp-worker"
+# Celery task names (execution/tasks.py registers them; the outbox publishes by name).
+EXECUTE_TASK = "agp.execute_operation"
+CALLBACK_TASK = "agp.deliver_callback"
+
 
 class OperationStatus(models.TextChoices):
     PENDING = "pending"

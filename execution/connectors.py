@@ -28,6 +28,7 @@ from django.conf import settings
 
 from agp_project import errors
 from agp_project.canonical import bytes_hash
+from agp_project.http.parsers import has_nul
 
 from .net import UnsafeURL, http_post
 
@@ -134,21 +135,6 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def _has_nul(value) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 def _http_result(response) -> dict[str, Any]:
     """The tool's answer as recorded in the receipt: untrusted input (OWASP API10).
 
@@ -164,7 +150,7 @@ def _http_result(response) -> dict[str, Any]:
         except (ValueError, RecursionError):
             parsed = None
         else:
-            if _has_nul(parsed):
+            if has_nul(parsed):
                 parsed = None
     return {"status_code": response.status_code, "body": parsed, "body_hash": bytes_hash(response.body)}
 

@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django_fsm import can_proceed
 
 from agp_project import errors
 from agp_project.canonical import content_hash
@@ -44,7 +45,15 @@ from registry.models import Skill
 
 from .budgets import payment_commit, payment_release
 from .checks import envelope_recheck
-from .choices import OPERATION_TERMINAL, EnvelopeStatus, OperationStatus, ReceiptStatus
+from .choices import (
+    CALLBACK_TASK,
+    EXECUTE_TASK,
+    OPERATION_TERMINAL,
+    WORKER_ACTOR,
+    EnvelopeStatus,
+    OperationStatus,
+    ReceiptStatus,
+)
 from .connectors import Call, ExecutionFailed, connector_for
 from .models import ActionEnvelope, Operation, Receipt
 from .outbox import outbox_enqueue
@@ -53,11 +62,8 @@ from .serializers_operations import ReceiptSerializer
 
 logger = logging.getLogger(__name__)
 
-WORKER_ACTOR = "agp-worker"
 # Resource types as the rest of the execution ledger names them (execution/services.py).
 OPERATION_RESOURCE = "Operation"
-EXECUTE_TASK = "agp.execute_operation"
-CALLBACK_TASK = "agp.deliver_callback"
 
 
 def _lease() -> timedelta:
@@ -296,7 +302,7 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
     if operation.envelope_id != action_id:
         raise errors.invalid_fields({"action_id": [f"Operation {operation_id!r} belongs to another action."]})
     if receipt_id and Receipt.objects.filter(receipt_id=receipt_id).exists():
-        raise errors.Conflict(f"A receipt with receipt_id {receipt_id!r} exists.")
+        raise errors.duplicate_id("receipt", "receipt_id", receipt_id)
     if operation.status != OperationStatus.RUNNING or operation.connector != "external":
         raise errors.InvalidTransition(
             from_state=operation.status, to_state=status, allowed=[],
@@ -316,6 +322,37 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
         raise errors.InvalidTransition(from_state=OperationStatus.SUCCEEDED, to_state=status, allowed=[],
                                        message=f"Operation {operation_id!r} has already ended.")
     return receipt
+
+
+def operation_cancel(*, operation_id: str, actor: str) -> Operation:
+    """``PATCH /agp/operations/{id}`` ``{"status": "cancelled"}``: stop a pending operation (C8).
+
+    Under the row lock the workers claim with: a pending operation becomes ``cancelled``,
+    its budget reservation is released, its envelope ``failed`` (nothing executed), all
+    ledgered in this transaction; a worker that then receives its message sees a terminal
+    operation and skips it. Any other state is 409 ``AGP_INVALID_TRANSITION``.
+    """
+    with transaction.atomic():
+        operation = Operation.objects.select_for_update().filter(operation_id=operation_id).first()
+        if operation is None:
+            raise errors.NotFound(f"No operation with id {operation_id!r}.")
+        if not can_proceed(operation.cancel):
+            raise errors.InvalidTransition(
+                from_state=operation.status, to_state=OperationStatus.CANCELLED, allowed=[],
+                message=f"Operation {operation_id!r} is {operation.status}; only a pending operation can be "
+                        f"cancelled.")
+        now = timezone.now()
+        operation.cancel()
+        operation.completed_at = operation.updated_at = now
+        operation.lease_expires_at = None
+        operation.save()
+        envelope = ActionEnvelope.objects.get(action_id=operation.envelope_id)
+        payment_release(action_id=envelope.action_id, actor=actor)
+        _envelope_set_status(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation_id, actor=actor)
+        ledger_append(event_type="operation.cancelled", resource_type=OPERATION_RESOURCE, resource_id=operation_id,
+                      actor=actor, payload={"action_id": envelope.action_id})
+        _enqueue_callback(operation)
+    return operation
 
 
 def operations_recover(*, now: datetime | None = None, limit: int = 500) -> int:

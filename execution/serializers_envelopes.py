@@ -5,7 +5,6 @@ envelope behind ``result_url`` and the bytes the envelope signature covers all c
 it, so the signature verifies against what a client reads.
 """
 
-from datetime import UTC
 from typing import Any
 
 import rfc8785
@@ -13,19 +12,11 @@ from rest_framework import serializers
 
 from agp_project.canonical import content_hash
 
-from agp_project.http.schema import ErrorEnvelopeSerializer  # noqa: F401 - the one error component
-from agp_project.http.serializers import IdField, StrictSerializer
-from registry.serializers import SignatureSerializer  # the one C9 Signature component of the schema
+from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
+from agp_project.timeutil import iso
 
 from .models import ActionEnvelope
 from .net import url_guard
-
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def iso(value) -> str:
-    return value.astimezone(UTC).strftime(TIME_FORMAT)
-
 
 def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[str, Any]:
     """The ActionEnvelope as issued; without ``signature`` when ``signed`` is False (what is signed)."""

@@ -5,12 +5,13 @@
 of the callback all render through it, so the three never drift apart.
 """
 
-from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agp_project.http.serializers import IdField, StrictSerializer
+from agp_project.http.schema import ErrorObjectSerializer
+from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
+from agp_project.http.viewsets import absolute_url
 
 from .choices import OperationStatus, ReceiptStatus
 from .models import Operation
@@ -24,27 +25,12 @@ def envelope_path(action_id: str) -> str:
     return f"/agp/action-envelopes/{action_id}"
 
 
-def _absolute(path: str, *, request=None) -> str:
-    """``AGP_BASE_URL`` + path, else the request's own scheme and host.
+class OperationStatusSerializer(StrictSerializer):
+    """``PATCH /agp/operations/{id}``: ``{"status": "cancelled"}`` and nothing else."""
 
-    A worker has no request: without ``AGP_BASE_URL`` the callback carries the path only,
-    which is why deployments that use callbacks set ``AGP_BASE_URL``.
-    """
-    base = settings.AGP_BASE_URL
-    if base:
-        return f"{base}{path}"
-    if request is not None:
-        return request.build_absolute_uri(path)
-    return path
+    type_name = "Operation"
 
-
-class ErrorBodySerializer(serializers.Serializer):
-    """The C2 error object, as it appears in an Operation's ``error``."""
-
-    code = serializers.CharField()
-    message = serializers.CharField()
-    retryable = serializers.BooleanField()
-    details = serializers.DictField()
+    status = serializers.ChoiceField(choices=[OperationStatus.CANCELLED])
 
 
 class OperationSerializer(serializers.Serializer):
@@ -64,18 +50,18 @@ class OperationSerializer(serializers.Serializer):
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_status_url(self, operation: Operation) -> str:
-        return _absolute(operation_path(operation.operation_id), request=self.context.get("request"))
+        return absolute_url(self.context.get("request"), operation_path(operation.operation_id))
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_result_url(self, operation: Operation) -> str:
         # envelope_id holds the action_id (to_field): no query.
-        return _absolute(envelope_path(operation.envelope_id), request=self.context.get("request"))
+        return absolute_url(self.context.get("request"), envelope_path(operation.envelope_id))
 
     @extend_schema_field({"type": ["string", "null"], "format": "uri"})
     def get_callback_url(self, operation: Operation) -> str | None:
         return operation.callback_url or None
 
-    @extend_schema_field(ErrorBodySerializer(allow_null=True))
+    @extend_schema_field(ErrorObjectSerializer(allow_null=True))
     def get_error(self, operation: Operation) -> dict | None:
         # The C2 error object ({"code", "message", "retryable", "details"}) of a failed operation.
         return operation.error or None
@@ -101,4 +87,4 @@ class ReceiptSerializer(StrictSerializer):
     completed_at = serializers.DateTimeField(required=False)
     executor = serializers.CharField(required=False, max_length=256, allow_blank=False)
     created_at = serializers.DateTimeField(read_only=True)
-    signature = serializers.DictField(read_only=True)
+    signature = SignatureSerializer(read_only=True)

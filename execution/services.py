@@ -24,15 +24,16 @@ from django.utils import timezone
 from agp_project import errors
 from agp_project.ids import new_id
 from agp_project.signing import get_signer, sign_resource
+from agp_project.timeutil import iso
 from core.ledger import ledger_append
 
 from .budgets import BudgetExhausted, payment_reserve
 from .checks import CHECK_NAMES, CheckReport, EnvelopeInputs, envelope_checks
+from .choices import EXECUTE_TASK
 from .models import ActionEnvelope, Operation
 from .outbox import outbox_enqueue
-from .serializers_envelopes import envelope_document, iso
+from .serializers_envelopes import envelope_document
 
-EXECUTE_TASK = "agp.execute_operation"
 BROKER_TIMEOUT_SECONDS = 1.0
 MODE_VALIDATE = "validate"
 MODE_EXECUTE = "execute"
@@ -57,8 +58,7 @@ def envelope_inputs(*, validated: dict) -> EnvelopeInputs:
 
 def _ensure_new(action_id: str) -> None:
     if ActionEnvelope.objects.filter(action_id=action_id).exists():
-        raise errors.Conflict(f"Action {action_id!r} was already submitted for execution.",
-                              details={"action_id": action_id})
+        raise errors.duplicate_id("action envelope", "action_id", action_id)
 
 
 def _ledger_payload(inputs: EnvelopeInputs, report: CheckReport, **extra) -> dict:
@@ -179,8 +179,7 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
     except IntegrityError:
         # Two submissions of one action_id raced past _ensure_new: the unique index decides.
         if ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
-            raise errors.Conflict(f"Action {inputs.action_id!r} was already submitted for execution.",
-                                  details={"action_id": inputs.action_id}) from None
+            raise errors.duplicate_id("action envelope", "action_id", inputs.action_id) from None
         raise
     except BudgetExhausted as exc:
         # Another submission took the room between the checks and the reservation.

@@ -18,6 +18,7 @@ from django.db import InterfaceError, OperationalError
 from agp_project.errors import AGPError
 
 from .callbacks import callback_deliver, callbacks_recover
+from .choices import CALLBACK_TASK, EXECUTE_TASK
 from .outbox import outbox_sweep as _outbox_sweep
 from .runner import operation_execute, operations_recover
 
@@ -31,7 +32,7 @@ def executor_name(hostname: str | None) -> str:
     return f"{hostname or socket.gethostname()}/pid-{os.getpid()}"
 
 
-@shared_task(name="agp.execute_operation", bind=True, autoretry_for=TRANSIENT, retry_backoff=True,
+@shared_task(name=EXECUTE_TASK, bind=True, autoretry_for=TRANSIENT, retry_backoff=True,
              retry_backoff_max=60, max_retries=8)
 def execute_operation(self, operation_id: str) -> str:
     """Claim, re-check and execute one operation (execution/runner.py)."""
@@ -42,7 +43,7 @@ def execute_operation(self, operation_id: str) -> str:
         return "error"
 
 
-@shared_task(name="agp.deliver_callback", bind=True, autoretry_for=TRANSIENT, retry_backoff=True,
+@shared_task(name=CALLBACK_TASK, bind=True, autoretry_for=TRANSIENT, retry_backoff=True,
              retry_backoff_max=60, max_retries=None)
 def deliver_callback(self, operation_id: str) -> str:
     """One delivery attempt of an ended operation's callback; schedules the next on failure."""

@@ -8,11 +8,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agp_project import errors
+from agp_project.http.schema import ErrorEnvelopeSerializer
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from .models import ActionEnvelope
 from .replay import replay_action
-from .serializers_envelopes import ActionEnvelopeSerializer, ErrorEnvelopeSerializer, ReplaySerializer, envelope_document
+from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer, envelope_document
 from .serializers_operations import OperationSerializer, operation_representation
 from .services import envelope_accept, envelope_inputs, envelope_validate
 

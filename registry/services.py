@@ -19,7 +19,7 @@ lock at BEGIN, which serialises all writers, so the explicit locks are no-ops th
 
 import hashlib
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -33,6 +33,7 @@ from agp_project import errors
 from agp_project.canonical import bytes_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
+from agp_project.timeutil import not_in_future
 from core.ledger import ledger_append
 from execution.net import url_guard_registration
 
@@ -41,9 +42,6 @@ from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget,
 from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_segment
 from .scopes import scope_covers, tool_scope
 from .serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
-
-# Client clocks drift; a timestamp further ahead than this is refused (as C8 check 10).
-FUTURE_SKEW = timedelta(seconds=60)
 
 
 # --- shared helpers -----------------------------------------------------------------------
@@ -87,11 +85,7 @@ def _refuse_revoked_agents(agent_ids: Iterable[str]) -> None:
 
 def _timestamp(value: datetime | None, *, field: str, now: datetime) -> datetime:
     """A client-given record timestamp (default now); more than a minute ahead is a 400."""
-    if value is None:
-        return now
-    if value > now + FUTURE_SKEW:
-        raise errors.invalid_fields({field: ["Must not be in the future."]})
-    return value
+    return now if value is None else not_in_future(value, field=field, now=now)
 
 
 def _future(value: datetime | None, *, field: str, now: datetime) -> None:
@@ -105,9 +99,7 @@ def _insert(instance: Model, *, id_field: str, type_name: str) -> None:
         with transaction.atomic():
             instance.save(force_insert=True)
     except IntegrityError:
-        value = getattr(instance, id_field)
-        raise errors.Conflict(f"A {type_name} with {id_field} {value!r} already exists.",
-                              details={id_field: value}) from None
+        raise errors.duplicate_id(type_name, id_field, getattr(instance, id_field)) from None
 
 
 def _money(value: dict[str, Any] | None) -> tuple[str | None, Decimal | None]:
@@ -183,7 +175,7 @@ def delegation_create(
         _insert(delegation, id_field="delegation_id", type_name="delegation")
         delegation.path = (parent.path if parent else "") + path_segment(delegation.pk)
         Delegation.objects.filter(pk=delegation.pk).update(path=delegation.path)
-        ledger_append(event_type="delegation.created", resource_type="delegation",
+        ledger_append(event_type="delegation.created", resource_type="DelegationChain",
                       resource_id=delegation.delegation_id, actor=actor, payload={
                           "parent_delegation_id": delegation.parent_id, "root_principal": root_principal,
                           "delegator_agent": delegator_agent, "delegate_agent": delegate_agent,
@@ -319,7 +311,7 @@ def policy_set_create(
     _policy_set_sign(policy_set)
     with transaction.atomic():
         _insert(policy_set, id_field="policy_set_id", type_name="policy set")
-        ledger_append(event_type="policy_set.created", resource_type="policy_set",
+        ledger_append(event_type="policy_set.created", resource_type="PolicySet",
                       resource_id=policy_set.policy_set_id, actor=actor,
                       payload={"ruleset_hash": computed, "name": name, "version": version,
                                "supersedes": supersedes})
@@ -357,7 +349,7 @@ def policy_set_transition(*, actor: str, policy_set_id: str, status: str) -> Pol
             # Backstop where row locks do not exist: ConcurrentTransitionMixin's UPDATE
             # matched no row still in ``source``, so another writer moved it first.
             raise errors.InvalidTransition(from_state=source, to_state=status, allowed=[]) from None
-        ledger_append(event_type=f"policy_set.{status}", resource_type="policy_set",
+        ledger_append(event_type=f"policy_set.{status}", resource_type="PolicySet",
                       resource_id=policy_set.policy_set_id, actor=actor,
                       payload={"from": source, "to": status, "ruleset_hash": policy_set.ruleset_hash})
     return policy_set
@@ -375,7 +367,7 @@ def task_create(*, actor: str, root_principal: str, agent_id: str, risk_level: s
                 created_at=_timestamp(created_at, field="created_at", now=now))
     with transaction.atomic():
         _insert(task, id_field="task_id", type_name="task")
-        ledger_append(event_type="task.created", resource_type="task", resource_id=task.task_id, actor=actor,
+        ledger_append(event_type="task.created", resource_type="Task", resource_id=task.task_id, actor=actor,
                       payload={"root_principal": root_principal, "agent_id": agent_id, "risk_level": risk_level,
                                "action_class": action_class, "status": status})
     return task
@@ -453,7 +445,7 @@ def capability_create(*, actor: str, agent_id: str, delegation_id: str, tool_id:
             tool_id=tool_id, operations=list(operations), allowed_parameter_ranges=allowed_parameter_ranges or {},
             expires_at=expires_at, status=ActiveStatus.ACTIVE, created_at=created_at)
         _insert(capability, id_field="capability_id", type_name="capability")
-        ledger_append(event_type="capability.created", resource_type="capability",
+        ledger_append(event_type="capability.created", resource_type="Capability",
                       resource_id=capability.capability_id, actor=actor,
                       payload={"agent_id": agent_id, "delegation_id": delegation_id, "tool_id": tool_id,
                                "operations": capability.operations})
@@ -481,7 +473,7 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
         _lock_agents([agent_id])
         _refuse_revoked_agents([agent_id])
         _insert(skill, id_field="skill_id", type_name="skill")
-        ledger_append(event_type="skill.created", resource_type="skill", resource_id=skill.skill_id, actor=actor,
+        ledger_append(event_type="skill.created", resource_type="Skill", resource_id=skill.skill_id, actor=actor,
                       payload={"agent_id": agent_id, "tool_id": tool_id, "connector": connector,
                                "endpoint_url": endpoint_url})
     return skill
@@ -504,7 +496,7 @@ def liability_binding_create(*, actor: str, root_principal: str, agent_id: str, 
         _lock_agents([agent_id])
         _refuse_revoked_agents([agent_id])
         _insert(binding, id_field="binding_id", type_name="liability binding")
-        ledger_append(event_type="liability_binding.created", resource_type="liability_binding",
+        ledger_append(event_type="liability_binding.created", resource_type="LiabilityBinding",
                       resource_id=binding.binding_id, actor=actor,
                       payload={"root_principal": root_principal, "agent_id": agent_id,
                                "liable_party": liable_party})
@@ -512,6 +504,10 @@ def liability_binding_create(*, actor: str, root_principal: str, agent_id: str, 
 
 
 # --- revocations --------------------------------------------------------------------------
+# Event prefix -> the ledger ``resource_type``: the resource's C1 ``type`` constant.
+_RESOURCE_TYPES = {"delegation": "DelegationChain", "capability": "Capability", "skill": "Skill",
+                   "liability_binding": "LiabilityBinding"}
+
 _SIMPLE_TARGETS: dict[str, tuple[type[Model], str, str]] = {
     RevocationTarget.CAPABILITY: (Capability, "capability_id", "capability"),
     RevocationTarget.SKILL: (Skill, "skill_id", "skill"),
@@ -571,7 +567,7 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
     """
     now = timezone.now()
     created_at = _timestamp(created_at, field="created_at", now=now)
-    changed: list[tuple[str, str, bool]] = []  # (resource_type, resource_id, is the target itself)
+    changed: list[tuple[str, str, bool]] = []  # (event prefix, resource_id, is the target itself)
     with transaction.atomic():
         if target_type == RevocationTarget.AGENT:
             _lock_agents([target_id])
@@ -597,14 +593,14 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
             changed += [("delegation", i, i == target_id) for i in delegation_ids]
             changed += [("capability", i, False) for i in capability_ids]
         else:
-            model, id_field, resource_type = _SIMPLE_TARGETS[target_type]
+            model, id_field, kind = _SIMPLE_TARGETS[target_type]
             if not model.objects.filter(**{id_field: target_id}).exists():
-                raise errors.invalid_fields({"target_id": [f"No {resource_type.replace('_', ' ')} "
+                raise errors.invalid_fields({"target_id": [f"No {kind.replace('_', ' ')} "
                                                            f"with id {target_id!r}."]})
             revoked = _revoke_rows(model, id_field, Q(**{id_field: target_id}))
             if not revoked:
                 raise _already_revoked(target_type, target_id)
-            changed.append((resource_type, target_id, True))
+            changed.append((kind, target_id, True))
 
         revocation = Revocation(
             revocation_id=revocation_id or new_id("rev"), target_type=target_type, target_id=target_id,
@@ -616,12 +612,12 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
                 raise _already_revoked(target_type, target_id) from None
             raise
         # Ledger last: its head lock is the final lock any registry writer takes.
-        ledger_append(event_type="revocation.created", resource_type="revocation",
+        ledger_append(event_type="revocation.created", resource_type="Revocation",
                       resource_id=revocation.revocation_id, actor=actor,
                       payload={"target_type": target_type, "target_id": target_id, "reason": reason,
                                "revoked_by": revocation.revoked_by})
-        for resource_type, resource_id, direct in changed:
-            ledger_append(event_type=f"{resource_type}.revoked", resource_type=resource_type,
+        for kind, resource_id, direct in changed:
+            ledger_append(event_type=f"{kind}.revoked", resource_type=_RESOURCE_TYPES[kind],
                           resource_id=resource_id, actor=actor,
                           payload={"revocation_id": revocation.revocation_id, "cascade": not direct})
     return revocation

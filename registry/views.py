@@ -1,9 +1,8 @@
 """Registry API viewsets (CONTRACT C1, C5, C6, C9, C11): parse, call one service, render."""
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
-from agp_project.http.schema import ErrorEnvelopeSerializer, ExactFilterSchema, KeysetPaginationSchema
+from agp_project.http.schema import ExactFilterSchema, KeysetPaginationSchema, documented
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from . import services
@@ -21,36 +20,6 @@ from .serializers import (
 )
 
 
-COMMON_ERRORS = {
-    400: "AGP_INVALID_REQUEST: malformed body, unknown or read-only field, bad enum, or a reference to a "
-         "record that does not exist (`details.fields`).",
-    401: "AGP_UNAUTHENTICATED.",
-    403: "AGP_INSUFFICIENT_SCOPE (`details.required_scopes`).",
-    503: "AGP_UNAVAILABLE: the database is unreachable; nothing was written.",
-}
-NOT_FOUND = "AGP_NOT_FOUND: no such id."
-DUPLICATE = "AGP_CONFLICT: the id already exists."
-
-
-def _errors(extra: dict[int, str] | None = None) -> dict[int, OpenApiResponse]:
-    described = {**COMMON_ERRORS, **(extra or {})}
-    return {code: OpenApiResponse(ErrorEnvelopeSerializer, description=text)
-            for code, text in sorted(described.items())}
-
-
-def documented(serializer, *, conflict: str = DUPLICATE, patch=None, patch_conflict: str | None = None):
-    """``extend_schema_view`` for a registry viewset: request and response bodies, every error status."""
-    views = {
-        "list": extend_schema(responses={200: serializer, **_errors()}),
-        "retrieve": extend_schema(responses={200: serializer, **_errors({404: NOT_FOUND})}),
-        "create": extend_schema(request=serializer, responses={201: serializer, **_errors({409: conflict})}),
-    }
-    if patch is not None:
-        views["partial_update"] = extend_schema(request=patch, responses={
-            200: serializer, **_errors({404: NOT_FOUND, 409: patch_conflict})})
-    return extend_schema_view(**views)
-
-
 class RegistryViewSet(CreateMixin, AGPViewSet):
     scope_group = "registry"
     http_method_names = ["get", "post", "head", "options"]
@@ -59,10 +28,10 @@ class RegistryViewSet(CreateMixin, AGPViewSet):
     filter_backends = [ExactFilterSchema]
 
 
-@documented(DelegationChainSerializer, conflict=(
+@documented(DelegationChainSerializer, create={409: (
     "AGP_DELEGATION_SCOPE_VIOLATION (no usable parent covers the scope; cycle; spend or expiry beyond the "
     "parent's), AGP_DELEGATION_HOP_LIMIT (the parent has no hops left, or more were asked), or AGP_CONFLICT "
-    "(duplicate id; the delegate is a revoked agent)."))
+    "(duplicate id; the delegate is a revoked agent).")})
 
 class DelegationViewSet(RegistryViewSet):
     """Delegation links (``DelegationChain``): the server finds the parent and attenuates (C5)."""
@@ -78,9 +47,9 @@ class DelegationViewSet(RegistryViewSet):
         return services.delegation_create(actor=actor, **validated)
 
 
-@documented(PolicySetSerializer, patch=PolicySetStatusSerializer, patch_conflict=(
+@documented(PolicySetSerializer, patch=PolicySetStatusSerializer, patch_errors={409: (
     "AGP_INVALID_TRANSITION: only active -> deprecated -> revoked (`details.from`, `details.to`, "
-    "`details.allowed`)."))
+    "`details.allowed`).")})
 class PolicySetViewSet(RegistryViewSet):
     """Versioned Rego rulesets; ``PATCH`` moves ``status`` forward only (C6)."""
 
@@ -102,8 +71,8 @@ class PolicySetViewSet(RegistryViewSet):
         return Response(self.render(instance))
 
 
-@documented(TaskSerializer, patch=TaskStatusSerializer, patch_conflict=(
-    "AGP_INVALID_TRANSITION: only open -> closed (`details.from`, `details.to`, `details.allowed`)."))
+@documented(TaskSerializer, patch=TaskStatusSerializer, patch_errors={409: (
+    "AGP_INVALID_TRANSITION: only open -> closed (`details.from`, `details.to`, `details.allowed`).")})
 class TaskViewSet(RegistryViewSet):
     """Tasks; ``PATCH`` closes one (``{\"status\": \"closed\"}``), the only move there is."""
 
@@ -125,9 +94,9 @@ class TaskViewSet(RegistryViewSet):
         return Response(self.render(instance))
 
 
-@documented(CapabilitySerializer, conflict=(
+@documented(CapabilitySerializer, create={409: (
     "AGP_DELEGATION_SCOPE_VIOLATION (the delegation is not usable, not held by `agent_id`, does not cover "
-    "every `tool_id:operation`, or expires earlier) or AGP_CONFLICT (duplicate id)."))
+    "every `tool_id:operation`, or expires earlier) or AGP_CONFLICT (duplicate id).")})
 class CapabilityViewSet(RegistryViewSet):
     queryset = Capability.objects.all()
     serializer_class = CapabilitySerializer
@@ -140,7 +109,7 @@ class CapabilityViewSet(RegistryViewSet):
         return services.capability_create(actor=actor, **validated)
 
 
-@documented(LiabilityBindingSerializer, conflict="AGP_CONFLICT: duplicate id, or the agent is revoked.")
+@documented(LiabilityBindingSerializer, create={409: "AGP_CONFLICT: duplicate id, or the agent is revoked."})
 class LiabilityBindingViewSet(RegistryViewSet):
     queryset = LiabilityBinding.objects.all()
     serializer_class = LiabilityBindingSerializer
@@ -153,7 +122,7 @@ class LiabilityBindingViewSet(RegistryViewSet):
         return services.liability_binding_create(actor=actor, **validated)
 
 
-@documented(SkillSerializer, conflict="AGP_CONFLICT: duplicate id, or the agent is revoked.")
+@documented(SkillSerializer, create={409: "AGP_CONFLICT: duplicate id, or the agent is revoked."})
 class SkillViewSet(RegistryViewSet):
     queryset = Skill.objects.all()
     serializer_class = SkillSerializer
@@ -165,7 +134,7 @@ class SkillViewSet(RegistryViewSet):
         return services.skill_create(actor=actor, **validated)
 
 
-@documented(RevocationSerializer, conflict="AGP_CONFLICT: duplicate id, or the target is already revoked.")
+@documented(RevocationSerializer, create={409: "AGP_CONFLICT: duplicate id, or the target is already revoked."})
 class RevocationViewSet(RegistryViewSet):
     """Immediate, irreversible, cascading revocations (C9); creating one needs agp.revocation.write."""
 

@@ -14,13 +14,14 @@ class StrictJSONParser(JSONParser):
             # A body nested deeper than the parser's recursion limit is malformed input (400),
             # not a server fault.
             raise ParseError("JSON parse error - nested too deeply.") from None
-        if _has_nul(data):
+        if has_nul(data):
             # PostgreSQL cannot store NUL in text or jsonb: refuse it here (400), on every database.
             raise ParseError("JSON parse error - NUL characters (\\u0000) are not accepted.")
         return data
 
 
-def _has_nul(value) -> bool:
+def has_nul(value) -> bool:
+    """Whether any string (key or value) in a parsed JSON document holds a NUL character."""
     stack = [value]
     while stack:
         item = stack.pop()

@@ -9,7 +9,7 @@ answers (``{"items": [...], "next_cursor"}``) and the query parameters it accept
 
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import force_instance
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.pagination import BasePagination
@@ -81,6 +81,43 @@ WRITE_ERRORS = {
     "413": "AGP_PAYLOAD_TOO_LARGE: the body is over the size limit.",
     "415": "AGP_UNSUPPORTED_MEDIA_TYPE: the body is not a JSON object.",
 }
+
+
+# What a resource viewset documents on every operation (``documented`` below); a view adds
+# its own statuses (409, 422, ...) and the shared machinery the rest (``AGPAutoSchema``).
+COMMON_ERRORS = {
+    400: "AGP_INVALID_REQUEST: malformed body, unknown or read-only field, bad enum, or a reference to a "
+         "record that does not exist (`details.fields`).",
+    401: "AGP_UNAUTHENTICATED.",
+    403: "AGP_INSUFFICIENT_SCOPE (`details.required_scopes`).",
+    503: "AGP_UNAVAILABLE: the database is unreachable; nothing was written.",
+}
+NOT_FOUND = "AGP_NOT_FOUND: no such id."
+DUPLICATE = "AGP_CONFLICT: the id already exists."
+
+
+def error_responses(extra: dict[int, str] | None = None) -> dict[int, OpenApiResponse]:
+    """``COMMON_ERRORS`` plus ``extra`` (status -> description), each with the error envelope."""
+    described = {**COMMON_ERRORS, **(extra or {})}
+    return {code: OpenApiResponse(ErrorEnvelopeSerializer, description=text)
+            for code, text in sorted(described.items())}
+
+
+def documented(serializer, *, create: dict[int, str] | None = None, patch=None,
+               patch_errors: dict[int, str] | None = None):
+    """``extend_schema_view`` for a list/retrieve/create (and optionally PATCH) resource viewset:
+    request and response bodies and every error status. ``create`` and ``patch_errors`` add or
+    override statuses (a create's 409 defaults to ``DUPLICATE``)."""
+    views = {
+        "list": extend_schema(responses={200: serializer, **error_responses()}),
+        "retrieve": extend_schema(responses={200: serializer, **error_responses({404: NOT_FOUND})}),
+        "create": extend_schema(request=serializer, responses={
+            201: serializer, **error_responses({409: DUPLICATE, **(create or {})})}),
+    }
+    if patch is not None:
+        views["partial_update"] = extend_schema(request=patch, responses={
+            200: serializer, **error_responses({404: NOT_FOUND, **(patch_errors or {})})})
+    return extend_schema_view(**views)
 
 
 class AGPAutoSchema(AutoSchema):

@@ -43,8 +43,15 @@ def parse_limit(raw: str | None) -> int:
 
 
 def absolute_url(request, path: str) -> str:
+    """``AGP_BASE_URL`` + path, else the request's own scheme and host.
+
+    A worker has no request (``None``): without ``AGP_BASE_URL`` it gets the path only,
+    which is why deployments that use callbacks set ``AGP_BASE_URL``.
+    """
     base = settings.AGP_BASE_URL
-    return f"{base}{path}" if base else request.build_absolute_uri(path)
+    if base:
+        return f"{base}{path}"
+    return request.build_absolute_uri(path) if request is not None else path
 
 
 class AGPViewSet(viewsets.GenericViewSet):

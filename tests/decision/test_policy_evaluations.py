@@ -96,9 +96,9 @@ def test_it_warns_when_the_policy_set_is_expired_or_not_yet_effective(api):
 
     assert first.status_code == second.status_code == 201
     assert first.json()["warnings"] == [f"Policy set {expired.policy_set_id!r} expired at "
-                                        f"{expired.expires_at.strftime('%Y-%m-%dT%H:%M:%SZ')}."]
+                                        f"{expired.expires_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}."]
     assert second.json()["warnings"] == [f"Policy set {future.policy_set_id!r} is not effective until "
-                                         f"{future.effective_from.strftime('%Y-%m-%dT%H:%M:%SZ')}."]
+                                         f"{future.effective_from.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}."]
     assert PolicyEvaluation.objects.count() == 2
 
 

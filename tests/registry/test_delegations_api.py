@@ -58,7 +58,7 @@ def test_it_creates_a_root_delegation_with_defaults(api, settings):
     assert (row.parent_id, row.depth, row.max_hops_remaining, row.spend_amount) == (None, 0, 4, None)
     assert row.path == f"{row.pk:012d}/"
     event = LedgerEvent.objects.get(event_type="delegation.created", resource_id="dlg-root-1")
-    assert event.resource_type == "delegation"
+    assert event.resource_type == "DelegationChain"
     assert event.payload["parent_delegation_id"] is None
 
 
@@ -245,7 +245,7 @@ def test_it_refuses_a_delegation_to_a_revoked_agent(api):
 def test_it_refuses_a_duplicate_id(api):
     root = f.root_delegation(delegation_id="dlg-dup")
     error = assert_error(post(api, child_body(root, delegation_id="dlg-dup")), 409, "AGP_CONFLICT")
-    assert error["details"] == {"delegation_id": "dlg-dup"}
+    assert error["details"] == {"field": "delegation_id", "value": "dlg-dup"}
     assert Delegation.objects.count() == 1
 
 
