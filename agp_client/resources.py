@@ -142,6 +142,14 @@ class Operations:
         """The Operation: ``status`` (pending, running, succeeded, failed, cancelled), ``error``, URLs."""
         return self._client.request("GET", f"{self.path}/{_segment(operation_id)}").data
 
+    def cancel(self, operation_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """``PATCH /agp/operations/{id}`` ``{"status": "cancelled"}``: stop a pending operation.
+
+        Its budget reservation is released; a running or ended one raises ``InvalidTransitionError``.
+        """
+        return self._client.request("PATCH", f"{self.path}/{_segment(operation_id)}", json={"status": "cancelled"},
+                                    idempotency_key=idempotency_key).data
+
     def wait(self, operation: str | dict[str, Any], *, timeout: float = 60.0, poll_interval: float = 0.5,
              raise_on_failure: bool = False) -> dict[str, Any]:
         """Poll until the operation is ``succeeded``, ``failed`` or ``cancelled``; return it.

@@ -14,6 +14,7 @@ urlpatterns = router.urls + [
     re_path(r"^replay/(?P<action_id>[A-Za-z0-9._:-]{1,128})$", ReplayView.as_view(), name="replay"),
 ]
 urlpatterns += [
-    re_path(r"^operations/(?P<operation_id>[A-Za-z0-9._:-]{1,128})$", OperationViewSet.as_view({"get": "retrieve"}),
+    re_path(r"^operations/(?P<operation_id>[A-Za-z0-9._:-]{1,128})$",
+            OperationViewSet.as_view({"get": "retrieve", "patch": "partial_update"}),
             name="operation-detail"),
 ]

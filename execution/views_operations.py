@@ -7,8 +7,13 @@ from agp_project.http.viewsets import AGPViewSet, CreateMixin
 from auth_tokens.scopes import OPERATION_SCOPES
 
 from .models import Operation, Receipt
-from .runner import receipt_submit
-from .serializers_operations import OperationSerializer, ReceiptSerializer, operation_representation
+from .runner import operation_cancel, receipt_submit
+from .serializers_operations import (
+    OperationSerializer,
+    OperationStatusSerializer,
+    ReceiptSerializer,
+    operation_representation,
+)
 
 
 class OperationViewSet(AGPViewSet):
@@ -25,6 +30,15 @@ class OperationViewSet(AGPViewSet):
     @extend_schema(responses=OperationSerializer, operation_id="operations_retrieve")
     def retrieve(self, request, *args, **kwargs):
         return Response(operation_representation(self.get_object(), request=request))
+
+    @extend_schema(request=OperationStatusSerializer, responses=OperationSerializer,
+                   operation_id="operations_partial_update",
+                   description="Cancel a pending operation: its budget reservation is released and no worker "
+                               "executes it. Any other state is 409 AGP_INVALID_TRANSITION.")
+    def partial_update(self, request, *args, **kwargs):
+        self.parse(serializer_class=OperationStatusSerializer)  # {"status": "cancelled"} only
+        operation = operation_cancel(operation_id=kwargs[self.lookup_field], actor=self.actor)
+        return Response(operation_representation(operation, request=request))
 
 
 class ReceiptViewSet(CreateMixin, AGPViewSet):

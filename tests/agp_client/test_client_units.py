@@ -153,6 +153,7 @@ SPECIAL_METHODS = {
     ("PATCH", "decisions"): ["decisions.finalise"],
     ("PATCH", "escalations"): ["escalations.resolve"],
     ("PATCH", "tasks"): ["tasks.close"],
+    ("PATCH", "operations"): ["operations.cancel"],
     ("POST", "action-envelopes"): ["action_envelopes.validate", "action_envelopes.submit"],
     ("GET", "replay"): ["replay"],
     ("GET", "operations"): ["operations.get", "operations.wait"],

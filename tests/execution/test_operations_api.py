@@ -134,6 +134,74 @@ def test_it_has_no_operation_collection_or_writes(api, db):
     assert Operation.objects.get(operation_id=operation_id).status == "pending"
 
 
+
+# --- PATCH /agp/operations/{id}: cancel a pending operation --------------------------------
+
+def test_it_cancels_a_pending_operation_releasing_its_budget(api, db):
+    world = make_world(action_class="transact")
+    operation_id = accept(api, world)["operation_id"]
+    action_id = Operation.objects.get(operation_id=operation_id).envelope_id
+    assert CommerceSession.objects.get(pk=world.session.pk).reserved_amount == Decimal("50")
+
+    response = api.patch(f"/agp/operations/{operation_id}", {"status": "cancelled"}, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert (response.json()["operation_id"], response.json()["status"]) == (operation_id, "cancelled")
+    operation = Operation.objects.get(operation_id=operation_id)
+    assert operation.status == "cancelled" and operation.completed_at is not None
+    assert Payment.objects.get(envelope_id=action_id).status == "released"
+    session = CommerceSession.objects.get(pk=world.session.pk)
+    assert (session.reserved_amount, session.spent_amount) == (Decimal("0"), Decimal("0"))
+    assert ActionEnvelope.objects.get(action_id=action_id).status == "failed"
+    assert ledger_event_types(operation_id) == ["operation.created", "operation.cancelled"]
+    assert ledger_event_types(action_id)[-1] == "envelope.failed"
+    # The worker's message arrives afterwards: it skips the operation, nothing executes.
+    assert run(operation_id) == "done"
+    assert not Receipt.objects.filter(operation_id=operation_id).exists()
+    assert Operation.objects.get(operation_id=operation_id).status == "cancelled"
+
+
+@pytest.mark.parametrize("ran", [True, False])
+def test_it_refuses_to_cancel_an_operation_that_is_not_pending(api, db, ran):
+    operation_id = accept(api, make_world(connector="external" if not ran else "noop"))["operation_id"]
+    expected = "succeeded" if ran else "awaiting_receipt"
+    assert run(operation_id) == expected
+    before = Operation.objects.get(operation_id=operation_id).status
+
+    response = api.patch(f"/agp/operations/{operation_id}", {"status": "cancelled"}, format="json")
+
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["from"], error["details"]["to"]) == (
+        "AGP_INVALID_TRANSITION", before, "cancelled")
+    assert Operation.objects.get(operation_id=operation_id).status == before
+    assert "operation.cancelled" not in ledger_event_types(operation_id)
+
+
+@pytest.mark.parametrize("body", [{"status": "failed"}, {"status": "cancelled", "executor": "x"}, {}])
+def test_it_refuses_an_operation_patch_other_than_cancelling(api, db, body):
+    operation_id = accept(api, make_world())["operation_id"]
+    response = api.patch(f"/agp/operations/{operation_id}", body, format="json")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "AGP_INVALID_REQUEST"
+    assert Operation.objects.get(operation_id=operation_id).status == "pending"
+
+
+def test_it_answers_404_when_cancelling_an_unknown_operation(api, db):
+    response = api.patch("/agp/operations/op-none", {"status": "cancelled"}, format="json")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "AGP_NOT_FOUND"
+    assert not Operation.objects.exists()
+
+
+def test_it_needs_the_execution_write_scope_to_cancel(api, db, make_token):
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token()}")
+    operation_id = accept(api, make_world())["operation_id"]
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.decision.write'])}")
+    response = api.patch(f"/agp/operations/{operation_id}", {"status": "cancelled"}, format="json")
+    assert response.status_code == 403
+    assert response.json()["error"]["details"]["required_scopes"] == ["agp.execution.write"]
+    assert Operation.objects.get(operation_id=operation_id).status == "pending"
+
+
 # --- GET /agp/receipts ------------------------------------------------------------------
 
 def test_it_lists_and_shows_receipts_that_verify_against_the_jwks(api, db, django_assert_num_queries):
