@@ -16,9 +16,9 @@ from datetime import datetime
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from .choices import ActiveStatus, RevocationTarget, TaskStatus
-from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
-from .scopes import scope_covers, tool_scope
+from .choices import ActiveStatus, RevocationTarget
+from .models import Delegation, Revocation
+from .scopes import scope_covers
 
 # Parent discovery reads the chains of this many newest candidates first, then (only if
 # none of them is usable) of all the others: two or three queries, never more.
@@ -99,11 +99,6 @@ def delegation_chain_problem(*, delegation: Delegation, now: datetime | None = N
     return _chain_problem(delegation, _chain_rows(delegation.chain_pks), now)
 
 
-def delegation_chain_valid(*, delegation: Delegation, now: datetime | None = None) -> bool:
-    """True when the delegation and every ancestor are active, unexpired and not agent-revoked."""
-    return delegation_chain_problem(delegation=delegation, now=now) is None
-
-
 def delegation_usable_with_chain(*, agent_id: str, root_principal: str, scope: str | Iterable[str] | None = None,
                                  now: datetime | None = None) -> tuple[Delegation, list[Delegation]] | None:
     """The newest usable delegation to ``agent_id`` under ``root_principal`` covering ``scope``,
@@ -130,86 +125,3 @@ def delegation_usable_with_chain(*, agent_id: str, root_principal: str, scope: s
             if all(_link_problem(link, now) is None for link in links):
                 return rows[pk], links
     return None
-
-
-def delegation_active_for(*, agent_id: str, root_principal: str, scope: str | Iterable[str] | None = None,
-                          now: datetime | None = None) -> Delegation | None:
-    """The newest usable delegation held by ``agent_id`` for ``root_principal``, or None.
-
-    ``scope`` (one scope or several) must all be covered by its ``authority_scope`` when
-    given. Fail-closed callers (C8 check 2) use this. Two or three queries.
-    """
-    found = delegation_usable_with_chain(agent_id=agent_id, root_principal=root_principal, scope=scope, now=now)
-    return found[0] if found else None
-
-
-# --- capabilities, skills, bindings -------------------------------------------------------
-def capability_get(*, capability_id: str) -> Capability | None:
-    return Capability.objects.filter(capability_id=capability_id).first()
-
-
-def capability_problem(*, capability: Capability, now: datetime | None = None) -> str | None:
-    """Why ``capability`` cannot be used now, or None (two queries).
-
-    Usable means: ``active``, unexpired, its agent not revoked, its delegation's whole
-    chain usable, that delegation held by the capability's agent, and the delegation's
-    scope still covering every ``tool_id:operation`` of the capability.
-    """
-    now = now or timezone.now()
-    if capability.status != ActiveStatus.ACTIVE:
-        return f"capability {capability.capability_id} is revoked"
-    if capability.expires_at is not None and capability.expires_at <= now:
-        return f"capability {capability.capability_id} has expired"
-    delegation = Delegation.objects.filter(delegation_id=capability.delegation_id).first()
-    if delegation is None:
-        return f"delegation {capability.delegation_id} does not exist"
-    rows = _chain_rows(delegation.chain_pks)
-    problem = _chain_problem(delegation, rows, now)
-    if problem:
-        return problem
-    if capability.agent_id != delegation.delegate_agent:
-        return f"capability {capability.capability_id} does not belong to the delegate of its delegation"
-    if agents_revoked(agent_ids=[capability.agent_id]):
-        return f"agent {capability.agent_id} is revoked"
-    wanted = [tool_scope(capability.tool_id, op) for op in capability.operations]
-    if not scope_covers(delegation.authority_scope, wanted):
-        return f"capability {capability.capability_id} lies outside its delegation's scope"
-    return None
-
-
-def capability_usable(*, capability: Capability, now: datetime | None = None) -> bool:
-    return capability_problem(capability=capability, now=now) is None
-
-
-def skill_active_for(*, agent_id: str, tool_id: str) -> Skill | None:
-    """The agent's newest active skill for ``tool_id`` (the tool that executes it), or None."""
-    if agent_is_revoked(agent_id=agent_id):
-        return None
-    return (Skill.objects.filter(agent_id=agent_id, tool_id=tool_id, status=ActiveStatus.ACTIVE)
-            .order_by("-pk").first())
-
-
-def liability_binding_active_for(*, agent_id: str, root_principal: str | None = None,
-                                 now: datetime | None = None) -> LiabilityBinding | None:
-    """The agent's newest active, unexpired liability binding (for ``root_principal`` if given)."""
-    now = now or timezone.now()
-    if agent_is_revoked(agent_id=agent_id):
-        return None
-    bindings = LiabilityBinding.objects.filter(agent_id=agent_id, status=ActiveStatus.ACTIVE).filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-    if root_principal is not None:
-        bindings = bindings.filter(root_principal=root_principal)
-    return bindings.order_by("-pk").first()
-
-
-# --- tasks and policy sets ----------------------------------------------------------------
-def task_get(*, task_id: str) -> Task | None:
-    return Task.objects.filter(task_id=task_id).first()
-
-
-def task_is_open(*, task: Task) -> bool:
-    return task.status == TaskStatus.OPEN
-
-
-def policy_set_get(*, policy_set_id: str) -> PolicySet | None:
-    return PolicySet.objects.filter(policy_set_id=policy_set_id).first()

@@ -64,5 +64,5 @@ def test_it_checks_a_chain_in_one_query_whatever_its_depth():
     deep = f.chain(12)[-1]
     for link in (shallow, deep):
         with CaptureQueriesContext(connection) as queries:
-            assert selectors.delegation_chain_valid(delegation=link)
+            assert selectors.delegation_chain_problem(delegation=link) is None
         assert len(queries) == 1

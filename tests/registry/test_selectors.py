@@ -8,29 +8,33 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from registry import selectors
-from registry.models import Capability, Delegation, LiabilityBinding
+from registry.models import Delegation
 from tests.registry import factories as f
 
 pytestmark = pytest.mark.django_db
 
 
-def test_it_finds_the_newest_active_delegation_for_an_agent_and_scope():
+def test_it_finds_the_newest_usable_delegation_for_an_agent_and_scope():
     older = f.root_delegation(principal="alice", delegate="agent-a", scope=["crm:*"])
     newer = f.root_delegation(principal="alice", delegate="agent-a", scope=["mail:send"])
-    assert selectors.delegation_active_for(agent_id="agent-a", root_principal="alice").pk == newer.pk
-    assert selectors.delegation_active_for(agent_id="agent-a", root_principal="alice", scope="crm:update").pk \
-        == older.pk
-    assert selectors.delegation_active_for(agent_id="agent-a", root_principal="alice",
-                                           scope=["crm:read", "mail:send"]) is None
-    assert selectors.delegation_active_for(agent_id="agent-a", root_principal="bob") is None
+
+    def usable(**kwargs):
+        found = selectors.delegation_usable_with_chain(agent_id="agent-a", **kwargs)
+        return found[0].pk if found else None
+
+    assert usable(root_principal="alice") == newer.pk
+    assert usable(root_principal="alice", scope="crm:update") == older.pk
+    assert usable(root_principal="alice", scope=["crm:read", "mail:send"]) is None
+    assert usable(root_principal="bob") is None
 
 
 def test_it_judges_a_delegation_at_a_given_instant():
     link = f.root_delegation(expires_at=f.later(hours=2))
-    assert selectors.delegation_chain_valid(delegation=link)
-    assert not selectors.delegation_chain_valid(delegation=link, now=timezone.now() + timedelta(hours=3))
-    assert selectors.delegation_active_for(agent_id=link.delegate_agent, root_principal=link.root_principal,
-                                           now=timezone.now() + timedelta(hours=3)) is None
+    assert selectors.delegation_chain_problem(delegation=link) is None
+    assert selectors.delegation_chain_problem(delegation=link, now=timezone.now() + timedelta(hours=3)) == (
+        f"delegation {link.delegation_id} has expired")
+    assert selectors.delegation_usable_with_chain(agent_id=link.delegate_agent, root_principal=link.root_principal,
+                                                  now=timezone.now() + timedelta(hours=3)) is None
 
 
 def test_it_names_why_a_chain_is_unusable():
@@ -45,42 +49,11 @@ def test_it_names_why_a_chain_is_unusable():
         f"an agent of delegation {links[1].delegation_id} is revoked")
 
 
-def test_it_decides_whether_a_capability_is_usable():
-    links = f.chain(2, scope=["crm:*"])
-    capability = f.capability(links[1], operations=["read"])
-    assert selectors.capability_usable(capability=capability)
-    assert not selectors.capability_usable(capability=capability, now=links[1].expires_at + timedelta(seconds=1))
-
-    Delegation.objects.filter(pk=links[0].pk).update(authority_scope=["mail:*"], max_hops_remaining=3)
-    Delegation.objects.filter(pk=links[1].pk).update(authority_scope=["mail:*"])
-    assert selectors.capability_problem(capability=capability) == (
-        f"capability {capability.capability_id} lies outside its delegation's scope")
-
-    f.revoke("delegation", links[0].delegation_id)
-    capability = Capability.objects.get(pk=capability.pk)
-    assert capability.status == "revoked"
-    assert selectors.capability_problem(capability=capability) == f"capability {capability.capability_id} is revoked"
-
-
-def test_it_checks_a_capability_in_a_fixed_number_of_queries():
-    shallow = f.capability(f.chain(1)[-1])
-    deep = f.capability(f.chain(8)[-1])
+def test_it_judges_a_chain_in_one_query_whatever_its_depth():
     counts = []
-    for capability in (shallow, deep):
+    for depth in (1, 8):
+        link = f.chain(depth)[-1]
         with CaptureQueriesContext(connection) as queries:
-            assert selectors.capability_usable(capability=capability)
+            assert selectors.delegation_chain_problem(delegation=link) is None
         counts.append(len(queries))
-    assert counts == [3, 3]
-
-
-def test_it_finds_the_active_skill_and_binding_of_an_agent():
-    f.skill(agent_id="agent-a", tool_id="crm")
-    newest = f.skill(agent_id="agent-a", tool_id="crm", connector="external")
-    assert selectors.skill_active_for(agent_id="agent-a", tool_id="crm").pk == newest.pk
-    assert selectors.skill_active_for(agent_id="agent-a", tool_id="mail") is None
-
-    binding = f.liability_binding(agent_id="agent-a", root_principal="alice", expires_at=f.later(days=1))
-    assert selectors.liability_binding_active_for(agent_id="agent-a").pk == binding.pk
-    assert selectors.liability_binding_active_for(agent_id="agent-a", root_principal="bob") is None
-    LiabilityBinding.objects.filter(pk=binding.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert selectors.liability_binding_active_for(agent_id="agent-a") is None
+    assert counts == [1, 1]
