@@ -48,6 +48,8 @@ class TaskAdmin(LedgeredModelAdmin):
     ledger_resource_type = "Task"
     ledger_event_prefix = "task"
     id_field = "task_id"
+    # Closing goes through PATCH /agp/tasks/{id} (FSM, ledgered task.closed); the field is protected.
+    readonly_fields = ("status",)
 
     list_display = ("task_id", "title", "root_principal", "agent_id", "risk_level", "action_class", "status",
                     "created_at")
