@@ -74,7 +74,7 @@ class PolicySetViewSet(RegistryViewSet):
 @documented(TaskSerializer, patch=TaskStatusSerializer, patch_errors={409: (
     "AGP_INVALID_TRANSITION: only open -> closed (`details.from`, `details.to`, `details.allowed`).")})
 class TaskViewSet(RegistryViewSet):
-    """Tasks; ``PATCH`` closes one (``{\"status\": \"closed\"}``), the only move there is."""
+    """Tasks; ``PATCH`` with ``{"status": "closed"}`` closes one, the only move there is."""
 
     queryset = Task.objects.all()
     serializer_class = TaskSerializer
