@@ -10,7 +10,6 @@ import base64
 import functools
 import hashlib
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from .canonical import content_hash
+from .settings.env import file_created_once
 from .timeutil import iso
 
 
@@ -33,23 +33,9 @@ def b64url_decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _load_or_create_key_file(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        pass
-    pem = Ed25519PrivateKey.generate().private_bytes(
+def _new_private_key_pem() -> bytes:
+    return Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # O_EXCL: when web and worker start together, exactly one of them creates the key
-        # and the other reads it.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes()
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
-    return pem
 
 
 class Signer:
@@ -82,7 +68,7 @@ class Signer:
 
 @functools.cache
 def _signer(pem: str | None, key_file: Path, issuer: str) -> Signer:
-    data = pem.encode() if pem else _load_or_create_key_file(key_file)
+    data = pem.encode() if pem else file_created_once(key_file, _new_private_key_pem)
     key = serialization.load_pem_private_key(data, password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ImproperlyConfigured("AGP_SIGNING_KEY must be an Ed25519 private key in PEM")

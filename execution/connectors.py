@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,13 +59,14 @@ class Call:
     envelope: dict[str, Any]
 
 
-class Connector:
+class Connector(ABC):
     name = ""
     # False: the connector finishes the operation later, from outside (``external``).
     completes = True
 
+    @abstractmethod
     def execute(self, call: Call) -> dict[str, Any]:
-        raise NotImplementedError
+        """Run the tool call; the result is hashed into the receipt."""
 
 
 class NoopConnector(Connector):

@@ -3,6 +3,7 @@
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -47,30 +48,34 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def secret_from_file(path: Path) -> str:
-    """A random secret generated once into ``path`` (mode 0600) and read back afterwards.
+def file_created_once(path: Path, make: Callable[[], bytes]) -> bytes:
+    """The contents of ``path``, written once (mode 0600) with ``make()`` when it is missing.
 
     O_EXCL: when web and worker start together exactly one of them writes the file and
-    the other reads it, so both hold the same secret (as agp_project/signing.py does for
-    the signing key).
+    the other reads it (waiting briefly for the write), so both hold the same secret or key.
     """
     try:
-        existing = path.read_text().strip()
+        existing = path.read_bytes()
     except FileNotFoundError:
-        existing = ""
-    if existing:
+        existing = b""
+    if existing.strip():
         return existing
     path.parent.mkdir(parents=True, exist_ok=True)
-    value = secrets.token_urlsafe(48)
+    value = make()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         for _ in range(50):
-            existing = path.read_text().strip()
-            if existing:
+            existing = path.read_bytes()
+            if existing.strip():
                 return existing
             time.sleep(0.01)
         raise ImproperlyConfigured(f"{path} exists but is empty; delete it or set the secret") from None
-    with os.fdopen(fd, "w") as handle:
+    with os.fdopen(fd, "wb") as handle:
         handle.write(value)
     return value
+
+
+def secret_from_file(path: Path) -> str:
+    """A random secret generated once into ``path`` and read back afterwards."""
+    return file_created_once(path, lambda: secrets.token_urlsafe(48).encode("ascii")).decode("ascii").strip()
