@@ -28,13 +28,21 @@ AGENT_FILTER = id_filter("agent", "agent_id")
 DECISION_FILTER = id_filter("decision", "decision_id")
 
 
-def _task_id_link(obj) -> str:
-    """The task id, linking to the task list filtered on it (no join, no query)."""
-    return id_link(Task, "task_id", obj.task_id)
+class TaskLinkMixin:
+    @admin.display(description="task", ordering="task_id")
+    def task_link(self, obj):
+        """The task id, linking to the task list filtered on it (no join, no query)."""
+        return id_link(Task, "task_id", obj.task_id)
+
+
+class DecisionLinkMixin:
+    @admin.display(description="decision", ordering="decision_id")
+    def decision_link(self, obj):
+        return id_link(Decision, "decision_id", obj.decision_id)
 
 
 @admin.register(Context)
-class ContextAdmin(ReadOnlyModelAdmin):
+class ContextAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
     list_display = ("context_id", "task_link", "agent_id", "content_hash", "created_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, "created_at")
     search_fields = ("context_id", "=task__task_id", "agent_id", "=content_hash")
@@ -43,17 +51,13 @@ class ContextAdmin(ReadOnlyModelAdmin):
     exclude = ("data",)
     readonly_fields = ("data_pretty",)
 
-    @admin.display(description="task", ordering="task_id")
-    def task_link(self, obj):
-        return _task_id_link(obj)
-
     @admin.display(description="data")
     def data_pretty(self, obj):
         return pretty_json(obj.data)
 
 
 @admin.register(EvidenceBundle)
-class EvidenceBundleAdmin(ReadOnlyModelAdmin):
+class EvidenceBundleAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
     list_display = ("bundle_id", "task_link", "item_count", "bundle_hash", "created_at")
     list_filter = (TASK_FILTER, "created_at")
     search_fields = ("bundle_id", "=task__task_id", "=bundle_hash")
@@ -61,10 +65,6 @@ class EvidenceBundleAdmin(ReadOnlyModelAdmin):
     ordering = ("-created_at",)
     exclude = ("items",)
     readonly_fields = ("items_table",)
-
-    @admin.display(description="task", ordering="task_id")
-    def task_link(self, obj):
-        return _task_id_link(obj)
 
     @admin.display(description="items")
     def item_count(self, obj):
@@ -80,7 +80,7 @@ class EvidenceBundleAdmin(ReadOnlyModelAdmin):
 
 
 @admin.register(PolicyEvaluation)
-class PolicyEvaluationAdmin(ReadOnlyModelAdmin):
+class PolicyEvaluationAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
     list_display = ("evaluation_id", "policy_set_link", "task_link", "agent_id", "allowed", "require_approval",
                     "evaluated_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, id_filter("policy set", "policy_set_id"), "allowed",
@@ -97,10 +97,6 @@ class PolicyEvaluationAdmin(ReadOnlyModelAdmin):
     def policy_set_link(self, obj):
         policy_set = obj.policy_set
         return admin_link(policy_set, f"{policy_set.policy_set_id} ({policy_set.name} {policy_set.version})")
-
-    @admin.display(description="task", ordering="task_id")
-    def task_link(self, obj):
-        return _task_id_link(obj)
 
     @admin.display(description="policy set")
     def policy_set_record(self, obj):
@@ -123,7 +119,7 @@ class PolicyEvaluationAdmin(ReadOnlyModelAdmin):
 
 
 @admin.register(Decision)
-class DecisionAdmin(ReadOnlyModelAdmin):
+class DecisionAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
     list_display = ("decision_id", "task_link", "task_risk", "agent_id", "outcome", "status", "evaluation",
                     "finalised_at", "created_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, DECISION_FILTER, id_filter("policy evaluation", "policy_evaluation_id"),
@@ -133,10 +129,6 @@ class DecisionAdmin(ReadOnlyModelAdmin):
     ordering = ("-created_at",)
     list_select_related = ("task",)
     linked_fields = ("approvals", "impact_assessments", "escalations", "action_envelopes")
-
-    @admin.display(description="task", ordering="task_id")
-    def task_link(self, obj):
-        return _task_id_link(obj)
 
     @admin.display(description="risk / class")
     def task_risk(self, obj):
@@ -168,20 +160,12 @@ class DecisionAdmin(ReadOnlyModelAdmin):
 
 
 @admin.register(ImpactAssessment)
-class ImpactAssessmentAdmin(ReadOnlyModelAdmin):
+class ImpactAssessmentAdmin(TaskLinkMixin, DecisionLinkMixin, ReadOnlyModelAdmin):
     list_display = ("assessment_id", "task_link", "decision_link", "agent_id", "recommendation", "assessed_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, DECISION_FILTER, "recommendation", "assessed_at")
     search_fields = ("assessment_id", "=task__task_id", "=decision__decision_id", "agent_id")
     date_hierarchy = "assessed_at"
     ordering = ("-assessed_at",)
-
-    @admin.display(description="task", ordering="task_id")
-    def task_link(self, obj):
-        return _task_id_link(obj)
-
-    @admin.display(description="decision", ordering="decision_id")
-    def decision_link(self, obj):
-        return id_link(Decision, "decision_id", obj.decision_id)
 
 
 @admin.register(Approval)
@@ -205,7 +189,7 @@ class ApprovalAdmin(ReadOnlyModelAdmin):
 
 
 @admin.register(Escalation)
-class EscalationAdmin(ReadOnlyModelAdmin):
+class EscalationAdmin(TaskLinkMixin, DecisionLinkMixin, ReadOnlyModelAdmin):
     list_display = ("escalation_id", "task_link", "decision_link", "action_id", "raised_by", "status", "outcome",
                     "resolved_by", "resolved_at", "created_at")
     list_filter = (TASK_FILTER, id_filter("agent", "agent_id", "decision__agent_id"), DECISION_FILTER,
@@ -215,17 +199,9 @@ class EscalationAdmin(ReadOnlyModelAdmin):
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
 
-    @admin.display(description="task", ordering="task_id")
-    def task_link(self, obj):
-        return _task_id_link(obj)
-
-    @admin.display(description="decision", ordering="decision_id")
-    def decision_link(self, obj):
-        return id_link(Decision, "decision_id", obj.decision_id)
-
 
 @admin.register(CommerceSession)
-class CommerceSessionAdmin(ReadOnlyModelAdmin):
+class CommerceSessionAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
     list_display = ("session_id", "task_link", "agent_id", "delegation_link", "merchant", "currency", "amount_limit",
                     "reserved_amount", "spent_amount", "status", "expires_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, id_filter("delegation", "delegation_id"), "status", "currency",
@@ -234,10 +210,6 @@ class CommerceSessionAdmin(ReadOnlyModelAdmin):
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     linked_fields = ("payments",)
-
-    @admin.display(description="task", ordering="task_id")
-    def task_link(self, obj):
-        return _task_id_link(obj)
 
     @admin.display(description="delegation", ordering="delegation_id")
     def delegation_link(self, obj):
