@@ -26,7 +26,7 @@ class AGPError(Exception):
 
 
 class InvalidRequest(AGPError):
-    pass
+    """400 AGP_INVALID_REQUEST: the request itself is wrong (schema, fields, references)."""
 
 
 def invalid_fields(fields: dict[str, Any], message: str = "The request has invalid fields.") -> InvalidRequest:

@@ -213,10 +213,10 @@ admin.site.unregister(Group)
 
 @admin.register(User)
 class AuditedUserAdmin(AuditorReadOnlyMixin, UserAdmin):
-    pass
+    """Django's user admin, view-only for auditors."""
 
 
 @admin.register(Group)
 class AuditedGroupAdmin(AuditorReadOnlyMixin, GroupAdmin):
-    pass
+    """Django's group admin, view-only for auditors."""
 

@@ -38,11 +38,11 @@ class BlankAsNullMixin:
 
 
 class BlankAsNullIdField(BlankAsNullMixin, IdField):
-    pass
+    """An optional reference id that renders as null when unset."""
 
 
 class BlankAsNullCharField(BlankAsNullMixin, serializers.CharField):
-    pass
+    """An optional string that renders as null when unset."""
 
 
 # --- contexts and evidence ---------------------------------------------------------------

@@ -140,11 +140,11 @@ class _PeerCheck:
 
 
 class _GuardedHTTPConnection(_PeerCheck, HTTPConnection):
-    pass
+    """HTTP connection that refuses a peer address the guard forbids."""
 
 
 class _GuardedHTTPSConnection(_PeerCheck, HTTPSConnection):
-    pass
+    """HTTPS connection that refuses a peer address the guard forbids."""
 
 
 class _GuardedHTTPPool(HTTPConnectionPool):

@@ -10,6 +10,7 @@ it uses a file copy of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -89,11 +90,9 @@ class LiveServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gunicorn exited with {self.process.returncode}:\n{self.log()}")
-            try:
+            with contextlib.suppress(requests.RequestException):
                 if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     return
-            except requests.RequestException:
-                pass
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"gunicorn did not answer /healthz within {READY_TIMEOUT}s:\n{self.log()}")

@@ -28,8 +28,7 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
 
     def handle_error(self, request, client_address):
-        # A client that gave up (the timeout test) leaves a broken pipe: expected, not news.
-        pass
+        """A client that gave up (the timeout test) leaves a broken pipe: expected, not news."""
 
 
 class FakeOPA:
@@ -43,7 +42,7 @@ class FakeOPA:
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
-                pass
+                """Keep the test output quiet."""
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))

@@ -50,7 +50,7 @@ class Receiver:
                 self.wfile.write(data)
 
             def log_message(self, *args):
-                pass
+                """Keep the test output quiet."""
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

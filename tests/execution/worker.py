@@ -22,6 +22,7 @@ These tests need PostgreSQL: a worker in another process cannot share SQLite's i
 test database. Mark them ``postgres``.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -184,10 +185,8 @@ class WorkerProcess:
         """SIGKILL the main process and its pool children at once: a crash, no cleanup."""
         if self.process is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(timeout=10)
 
     def stop(self) -> None:

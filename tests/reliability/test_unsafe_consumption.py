@@ -45,7 +45,7 @@ def raw_tool():
             self.wfile.write(body)
 
         def log_message(self, *args):
-            pass
+            """Keep the test output quiet."""
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.body = b"{}"
