@@ -14,7 +14,12 @@ from typing import Any
 
 
 def _b64url_decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Strict unpadded base64url: one spelling per value, so a changed character never decodes
+    to the same bytes (the decoder alone ignores the unused low bits of the last character)."""
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii") != text:
+        raise ValueError("not canonical unpadded base64url")
+    return data
 
 
 def payload_hash(resource: dict[str, Any]) -> str:

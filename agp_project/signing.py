@@ -30,7 +30,12 @@ def b64url(data: bytes) -> str:
 
 
 def b64url_decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Strict unpadded base64url: one spelling per value, so a changed character never decodes
+    to the same bytes (the decoder alone ignores the unused low bits of the last character)."""
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii") != text:
+        raise ValueError("not canonical unpadded base64url")
+    return data
 
 
 def _new_private_key_pem() -> bytes:

@@ -122,6 +122,13 @@ def test_it_verifies_signatures_by_the_servers_rules():
         assert verify_resource(changed, jwks) is False
     other = Signer(Ed25519PrivateKey.generate(), "agp")
     assert verify_signature(resource, {"keys": [{**other.jwk(), "kid": signer.kid}]}) is False
+    # The same signature bytes spelt with other unused low bits in the last character.
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    value = resource["signature"]["value"]
+    respelt = {**resource, "signature": {**resource["signature"],
+                                         "value": value[:-1] + alphabet[alphabet.index(value[-1]) ^ 1]}}
+    assert verify_signature(respelt, jwks) is False
+    assert verify_resource(respelt, jwks) is False
 
 
 def test_it_backs_off_exponentially_with_jitter_up_to_a_ceiling():

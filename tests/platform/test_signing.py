@@ -70,6 +70,19 @@ def test_a_tampered_signature_fails_verification(api, change):
     assert verify_resource(resource, jwks(api)) is False
 
 
+def test_a_signature_spelt_differently_for_the_same_bytes_fails_verification(api):
+    # 64 bytes take 86 base64url characters; the last one carries 2 data bits and 4 unused
+    # bits. Changing only the unused bits decodes to the same bytes with a lenient decoder.
+    resource = signed()
+    value = resource["signature"]["value"]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(value[-1])
+    resource["signature"]["value"] = value[:-1] + alphabet[last ^ 1]
+    assert base64.urlsafe_b64decode(resource["signature"]["value"] + "==") == \
+        base64.urlsafe_b64decode(value + "==")
+    assert verify_resource(resource, jwks(api)) is False
+
+
 def test_a_missing_or_malformed_signature_fails_verification(api):
     assert verify_resource(dict(RESOURCE), jwks(api)) is False
     assert verify_resource({**RESOURCE, "signature": "abc"}, jwks(api)) is False
