@@ -68,15 +68,36 @@ class Connector(ABC):
     def execute(self, call: Call) -> dict[str, Any]:
         """Run the tool call; the result is hashed into the receipt."""
 
+    def runs_in_claim(self, call: Call) -> bool:
+        """True when ``call`` is instant and touches nothing outside this process.
+
+        Such a call runs inside the claim's transaction, which then records the outcome
+        too: one commit instead of two, and no lease, because a worker killed mid-call
+        rolls everything back and its message is delivered again. A call that waits or
+        reaches the outside world runs under a lease between two transactions instead.
+        """
+        return False
+
 
 class NoopConnector(Connector):
     name = "noop"
 
+    def runs_in_claim(self, call: Call) -> bool:
+        return not _sleep_seconds(call)
+
     def execute(self, call: Call) -> dict[str, Any]:
-        delay = call.parameters.get("sleep_seconds")
-        if isinstance(delay, (int, float)) and not isinstance(delay, bool) and delay > 0:
-            time.sleep(min(float(delay), settings.AGP_NOOP_MAX_SLEEP_SECONDS))
+        delay = _sleep_seconds(call)
+        if delay:
+            time.sleep(delay)
         return {"ok": True}
+
+
+def _sleep_seconds(call: Call) -> float:
+    """The noop's requested delay (``parameters.sleep_seconds``), bounded; 0 when none."""
+    delay = call.parameters.get("sleep_seconds")
+    if isinstance(delay, (int, float)) and not isinstance(delay, bool) and delay > 0:
+        return min(float(delay), settings.AGP_NOOP_MAX_SLEEP_SECONDS)
+    return 0.0
 
 
 class HttpConnector(Connector):

@@ -116,55 +116,70 @@ def _enqueue_callback(operation: Operation) -> None:
         outbox_enqueue(task_name=CALLBACK_TASK, args=[operation.operation_id])
 
 
+def _operation_locked(operation_id: str) -> Operation | None:
+    """The operation row, locked, with its envelope (one statement; the lock is on the operation only).
+
+    The row lock serialises every worker holding a message for this operation (a
+    redelivery, a recovery nudge, a duplicate publish): one claims, the others see the
+    claim when the lock is released.
+    """
+    return (Operation.objects.select_related("envelope").select_for_update(of=("self",))
+            .filter(operation_id=operation_id).first())
+
+
+def _claim_locked(*, operation: Operation | None, operation_id: str, executor: str) -> Claim | str:
+    """The claim, inside the caller's transaction on the locked ``operation``."""
+    if operation is None:
+        logger.warning("execute: no operation %s", operation_id)
+        return "missing"
+    if operation.status in OPERATION_TERMINAL:
+        return "done"
+    now = timezone.now()
+    takeover = operation.status == OperationStatus.RUNNING
+    if takeover and (operation.lease_expires_at is None or operation.lease_expires_at > now):
+        # A live worker holds it, or it waits for an external executor's receipt.
+        return "busy"
+
+    envelope = operation.envelope
+    report = envelope_recheck(envelope=envelope)
+    if not report.passed:
+        _fail_prerequisites(operation=operation, envelope=envelope, failed_checks=report.failed,
+                            executor=executor, now=now)
+        return "failed"
+    skill = Skill.objects.filter(skill_id=report.skill_id).values("skill_id", "connector", "endpoint_url").first()
+
+    previous_executor = operation.executor
+    if not takeover:
+        operation.start()
+    operation.attempts += 1
+    operation.executor = executor
+    operation.connector = skill["connector"]
+    operation.started_at = operation.updated_at = now
+    # external: no lease; the operation waits for POST /agp/receipts, and no
+    # recovery may take it over.
+    external = not connector_for(skill["connector"]).completes
+    operation.lease_expires_at = None if external else now + _lease()
+    payload = {"action_id": envelope.action_id, "attempt": operation.attempts, "executor": executor,
+               "connector": skill["connector"], "skill_id": skill["skill_id"]}
+    if takeover:
+        payload["previous_executor"] = previous_executor
+    ledger_append(event_type="operation.reclaimed" if takeover else "operation.running",
+                  resource_type=OPERATION_RESOURCE, resource_id=operation_id, actor=WORKER_ACTOR, payload=payload)
+    call = Call(operation_id=operation_id, action_id=envelope.action_id, connector=skill["connector"],
+                endpoint_url=skill["endpoint_url"], parameters=dict(envelope.parameters or {}),
+                envelope=envelope_document(envelope) if skill["connector"] == "http" else {})
+    return Claim(operation_id=operation_id, action_id=envelope.action_id, fence=operation.attempts,
+                 connector=skill["connector"], call=call)
+
+
 def operation_claim(*, operation_id: str, executor: str) -> Claim | str:
     """Claim the operation for ``executor``; a Claim, or a word saying why there is nothing to do."""
     with transaction.atomic():
-        # The row lock serialises every worker holding a message for this operation (a
-        # redelivery, a recovery nudge, a duplicate publish): one claims, the others see
-        # the claim when the lock is released.
-        operation = Operation.objects.select_for_update().filter(operation_id=operation_id).first()
-        if operation is None:
-            logger.warning("execute: no operation %s", operation_id)
-            return "missing"
-        if operation.status in OPERATION_TERMINAL:
-            return "done"
-        now = timezone.now()
-        takeover = operation.status == OperationStatus.RUNNING
-        if takeover and (operation.lease_expires_at is None or operation.lease_expires_at > now):
-            # A live worker holds it, or it waits for an external executor's receipt.
-            return "busy"
-
-        envelope = ActionEnvelope.objects.get(action_id=operation.envelope_id)
-        report = envelope_recheck(envelope=envelope)
-        if not report.passed:
-            _fail_prerequisites(operation=operation, envelope=envelope, failed_checks=report.failed,
-                                executor=executor, now=now)
-            return "failed"
-        skill = Skill.objects.filter(skill_id=report.skill_id).first()
-
-        previous_executor = operation.executor
-        if not takeover:
-            operation.start()
-        operation.attempts += 1
-        operation.executor = executor
-        operation.connector = skill.connector
-        operation.started_at = operation.updated_at = now
-        # external: no lease; the operation waits for POST /agp/receipts, and no
-        # recovery may take it over.
-        external = not connector_for(skill.connector).completes
-        operation.lease_expires_at = None if external else now + _lease()
-        operation.save()
-        payload = {"action_id": envelope.action_id, "attempt": operation.attempts, "executor": executor,
-                   "connector": skill.connector, "skill_id": skill.skill_id}
-        if takeover:
-            payload["previous_executor"] = previous_executor
-        ledger_append(event_type="operation.reclaimed" if takeover else "operation.running",
-                      resource_type=OPERATION_RESOURCE, resource_id=operation_id, actor=WORKER_ACTOR, payload=payload)
-        call = Call(operation_id=operation_id, action_id=envelope.action_id, connector=skill.connector,
-                    endpoint_url=skill.endpoint_url, parameters=dict(envelope.parameters or {}),
-                    envelope=envelope_document(envelope) if skill.connector == "http" else {})
-        return Claim(operation_id=operation_id, action_id=envelope.action_id, fence=operation.attempts,
-                     connector=skill.connector, call=call)
+        operation = _operation_locked(operation_id)
+        claim = _claim_locked(operation=operation, operation_id=operation_id, executor=executor)
+        if isinstance(claim, Claim):
+            operation.save()
+        return claim
 
 
 @contextmanager
@@ -209,9 +224,12 @@ def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], 
                       executor=executor, created_at=completed_at)
     # Sign exactly what the API shows (the representation without its signature).
     receipt.signature = sign_resource(ReceiptSerializer(receipt).data)
+    if receipt_id is None:  # a fresh id cannot collide: no savepoint needed
+        receipt.save(force_insert=True)
+        return receipt
     try:
         with transaction.atomic():
-            receipt.save()
+            receipt.save(force_insert=True)
     except IntegrityError:
         # Two external receipts with one receipt_id raced past receipt_submit's check: the
         # loser is a 409 and its whole transaction (operation, envelope, ledger) rolls back.
@@ -229,60 +247,89 @@ def operation_finish(*, operation_id: str, fence: int | None, status: str, resul
     Returns None when the claim was superseded (nothing is written).
     """
     with transaction.atomic():
-        operation = Operation.objects.select_for_update().filter(operation_id=operation_id).first()
+        operation = _operation_locked(operation_id)
         if operation is None or operation.status != OperationStatus.RUNNING or (
                 fence is not None and operation.attempts != fence):
             logger.warning("execute: claim %s of %s superseded; outcome dropped", fence, operation_id)
             return None
-        now = timezone.now()
-        succeeded = status == ReceiptStatus.SUCCEEDED
-        envelope = ActionEnvelope.objects.get(action_id=operation.envelope_id)
-        if succeeded:
-            # payment_ref was fixed (and signed) at acceptance; the payment moves under it.
+        return _outcome_record(operation=operation, status=status, result=result, executor=executor, error=error,
+                               actor=actor, receipt_id=receipt_id, started_at=started_at, completed_at=completed_at)
+
+
+def _outcome_record(*, operation: Operation, status: str, result: dict[str, Any], executor: str,
+                    error: dict[str, Any] | None, actor: str, receipt_id: str | None = None,
+                    started_at: datetime | None = None, completed_at: datetime | None = None) -> Receipt:
+    """Write a running operation's outcome, in the caller's transaction, on the locked row."""
+    now = timezone.now()
+    succeeded = status == ReceiptStatus.SUCCEEDED
+    envelope = operation.envelope
+    if succeeded:
+        # payment_ref was fixed (and signed) at acceptance; the payment moves under it.
+        if envelope.payment_ref:
             payment_commit(action_id=envelope.action_id, actor=actor)
-            operation.succeed()
-            envelope_status = EnvelopeStatus.EXECUTED
-        else:
+        operation.succeed()
+        envelope_status = EnvelopeStatus.EXECUTED
+    else:
+        if envelope.payment_ref:
             payment_release(action_id=envelope.action_id, actor=actor)
-            operation.fail()
-            operation.error = error
-            envelope_status = EnvelopeStatus.FAILED
-        operation.completed_at = operation.updated_at = now
-        operation.lease_expires_at = None
-        operation.save()
-        _envelope_set_status(envelope=envelope, status=envelope_status, operation_id=operation_id, actor=actor)
-        receipt = receipt_issue(operation=operation, status=status, result=result,
-                                started_at=started_at or operation.started_at or now,
-                                completed_at=completed_at or now, executor=executor, receipt_id=receipt_id)
-        ledger_append(event_type=f"operation.{operation.status}", resource_type=OPERATION_RESOURCE,
-                      resource_id=operation_id, actor=actor,
-                      payload={"action_id": envelope.action_id, "receipt_id": receipt.receipt_id,
-                               "executor": executor, "error_code": (error or {}).get("code")})
-        ledger_append(event_type="receipt.issued", resource_type="Receipt", resource_id=receipt.receipt_id,
-                      actor=actor, payload={"action_id": envelope.action_id, "operation_id": operation_id,
-                                            "status": status, "result_hash": receipt.result_hash})
-        _enqueue_callback(operation)
-        return receipt
+        operation.fail()
+        operation.error = error
+        envelope_status = EnvelopeStatus.FAILED
+    operation.completed_at = operation.updated_at = now
+    operation.lease_expires_at = None
+    operation.save()
+    _envelope_set_status(envelope=envelope, status=envelope_status, operation_id=operation.operation_id, actor=actor)
+    receipt = receipt_issue(operation=operation, status=status, result=result,
+                            started_at=started_at or operation.started_at or now,
+                            completed_at=completed_at or now, executor=executor, receipt_id=receipt_id)
+    ledger_append(event_type=f"operation.{operation.status}", resource_type=OPERATION_RESOURCE,
+                  resource_id=operation.operation_id, actor=actor,
+                  payload={"action_id": envelope.action_id, "receipt_id": receipt.receipt_id,
+                           "executor": executor, "error_code": (error or {}).get("code")})
+    ledger_append(event_type="receipt.issued", resource_type="Receipt", resource_id=receipt.receipt_id,
+                  actor=actor, payload={"action_id": envelope.action_id, "operation_id": operation.operation_id,
+                                        "status": status, "result_hash": receipt.result_hash})
+    _enqueue_callback(operation)
+    return receipt
+
+
+def _connector_run(connector, claim: Claim) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(result, None) or (None, error body): a connector never leaves an operation hanging."""
+    try:
+        return connector.execute(claim.call), None
+    except ExecutionFailed as exc:
+        return None, exc.as_body()["error"]
+    except Exception as exc:  # a connector bug must fail the operation, never leave it hanging
+        logger.exception("execute: connector %s raised on %s", claim.connector, claim.operation_id)
+        return None, ExecutionFailed("The connector raised an unexpected error.",
+                                     details={"connector": claim.connector,
+                                              "reason": type(exc).__name__}).as_body()["error"]
 
 
 def operation_execute(*, operation_id: str, executor: str) -> str:
-    """Run one operation to its end (or to waiting for an external receipt); returns what happened."""
-    claim = operation_claim(operation_id=operation_id, executor=executor)
-    if isinstance(claim, str):
-        return claim
-    connector = connector_for(claim.connector)
+    """Run one operation to its end (or to waiting for an external receipt); returns what happened.
+
+    A call the connector can make inside the claim's transaction (``runs_in_claim``) is
+    claimed, executed and recorded in that one transaction; any other is claimed and
+    committed first, executed under a lease, and recorded in a second transaction.
+    """
+    with transaction.atomic():
+        operation = _operation_locked(operation_id)
+        claim = _claim_locked(operation=operation, operation_id=operation_id, executor=executor)
+        if isinstance(claim, str):
+            return claim
+        connector = connector_for(claim.connector)
+        if connector.completes and connector.runs_in_claim(claim.call):
+            result, error = _connector_run(connector, claim)
+            _outcome_record(operation=operation, status=ReceiptStatus.FAILED if error else ReceiptStatus.SUCCEEDED,
+                            result={"error": error} if error else result, error=error, executor=executor,
+                            actor=WORKER_ACTOR)
+            return "failed" if error else "succeeded"
+        operation.save()
     if not connector.completes:
         return "awaiting_receipt"
-    error = None
-    try:
-        with lease_kept(operation_id=operation_id, fence=claim.fence):
-            result = connector.execute(claim.call)
-    except ExecutionFailed as exc:
-        error = exc.as_body()["error"]
-    except Exception as exc:  # a connector bug must fail the operation, never leave it hanging
-        logger.exception("execute: connector %s raised on %s", claim.connector, operation_id)
-        error = ExecutionFailed("The connector raised an unexpected error.",
-                                details={"connector": claim.connector, "reason": type(exc).__name__}).as_body()["error"]
+    with lease_kept(operation_id=operation_id, fence=claim.fence):
+        result, error = _connector_run(connector, claim)
     if error is not None:
         receipt = operation_finish(operation_id=operation_id, fence=claim.fence, status=ReceiptStatus.FAILED,
                                    result={"error": error}, error=error, executor=executor)
