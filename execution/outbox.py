@@ -24,17 +24,23 @@ SWEEP_GRACE = timedelta(seconds=30)
 def outbox_enqueue(*, task_name: str, args: list) -> OutboxMessage:
     """Record a task in the current transaction; publish it once the transaction commits."""
     message = OutboxMessage.objects.create(task_name=task_name, args=args, created_at=timezone.now())
-    transaction.on_commit(lambda: outbox_publish(message_id=message.pk))
+    # The committed row is exactly this object: publish it without reading it back.
+    transaction.on_commit(lambda: _publish(message))
     return message
 
 
 def outbox_publish(*, message_id: int) -> bool:
     """Send one pending message to the broker; True when it was sent by this call."""
-    from agp_project.celery import app
-
     message = OutboxMessage.objects.filter(pk=message_id, status=OutboxStatus.PENDING).first()
     if message is None:
         return False
+    return _publish(message)
+
+
+def _publish(message: OutboxMessage) -> bool:
+    from agp_project.celery import app
+
+    message_id = message.pk
     try:
         app.send_task(message.task_name, args=message.args)
     except Exception as exc:  # the broker is down: the sweep will retry

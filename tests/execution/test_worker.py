@@ -78,7 +78,7 @@ def test_it_publishes_what_a_crash_between_commit_and_publish_left_in_the_outbox
                                                                                  monkeypatch):
     world = make_world()
     # The web process dies right after its commit: the on-commit publish never happens.
-    monkeypatch.setattr(outbox, "outbox_publish", lambda *, message_id: False)
+    monkeypatch.setattr(outbox, "_publish", lambda message: False)
     operation_id = submit_async(api, world.envelope_request())["operation_id"]
     monkeypatch.undo()
     message = OutboxMessage.objects.get(task_name="agp.execute_operation", status="pending")
@@ -95,7 +95,7 @@ def test_it_publishes_what_a_crash_between_commit_and_publish_left_in_the_outbox
 def test_it_re_enqueues_a_pending_operation_whose_message_was_lost(api, module_worker, worker_db, monkeypatch):
     world = make_world()
     # The broker lost the message after accepting it: the outbox says published, no worker got it.
-    monkeypatch.setattr(outbox, "outbox_publish", lambda *, message_id: False)
+    monkeypatch.setattr(outbox, "_publish", lambda message: False)
     operation_id = submit_async(api, world.envelope_request())["operation_id"]
     monkeypatch.undo()
     OutboxMessage.objects.filter(status="pending").update(status="published", published_at=timezone.now())
