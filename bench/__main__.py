@@ -15,7 +15,8 @@
 Scenarios: (a) GET /agp/tasks/{id} (baseline); (b) validate-only POST
 /agp/action-envelopes passing all checks, saturated, then at half its saturation rate;
 (c) the same failing a check; (d) respond-async submission and end-to-end completion with
-the noop connector and one worker; (e) POST /agp/policy-evaluations (and the engine
+the noop connector and one worker: submitted while the worker executes, then a backlog
+submitted with the worker stopped and drained by it (its own rate); (e) POST /agp/policy-evaluations (and the engine
 alone); (f) POST /agp/delegations at depth 6; (g) verify_ledger over 1,000,000 events.
 """
 
@@ -94,10 +95,8 @@ class Stack:
              "--workers", str(web_workers), "--worker-class", "gthread", "--threads", str(web_threads),
              "--timeout", "120", "--graceful-timeout", "30", "--no-control-socket", "--error-logfile",
              str(var_dir / "gunicorn.log")], env=env, cwd=ROOT)
-        self.worker = subprocess.Popen(
-            [str(Path(PYTHON).parent / "celery"), "-A", "agp_project", "worker", "-B", "--concurrency", "1",
-             "--schedule", str(var_dir / "celerybeat-schedule"), "--loglevel", "WARNING",
-             "--logfile", str(var_dir / "worker.log")], env=env, cwd=ROOT)
+        self.worker = None
+        self.worker_start()
         self.base = f"http://127.0.0.1:{port}"
         for _ in range(300):
             try:
@@ -108,6 +107,17 @@ class Stack:
                     raise SystemExit("gunicorn exited before answering") from None
                 time.sleep(0.2)
         self.peak = {"web": 0.0, "worker": 0.0}
+
+    def worker_start(self) -> None:
+        self.worker = subprocess.Popen(
+            [str(Path(PYTHON).parent / "celery"), "-A", "agp_project", "worker", "-B", "--concurrency", "1",
+             "--schedule", str(self.var_dir / "celerybeat-schedule"), "--loglevel", "WARNING",
+             "--logfile", str(self.var_dir / "worker.log")], env=self.env, cwd=ROOT)
+
+    def worker_stop(self) -> None:
+        """Warm shutdown: the messages it has not taken stay in the broker."""
+        self.worker.send_signal(signal.SIGTERM)
+        self.worker.wait(timeout=60)
 
     def processes(self) -> dict[str, list[int]]:
         return {"web": children(self.web.pid), "worker": [self.worker.pid, *children(self.worker.pid)]}
@@ -146,14 +156,28 @@ def load(env: dict, spec: dict) -> dict:
     return result
 
 
-def operations_progress(database_url: str) -> tuple[int, int, float | None]:
+def operations_window(database_url: str, since: float) -> tuple[int, int, float, float]:
+    """Operations created since ``since`` (epoch s): (count, succeeded, first started_at, last completed_at)."""
     import psycopg
 
     with psycopg.connect(database_url) as conn:
-        total, done, last = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE status = 'succeeded'), "
-            "extract(epoch FROM max(completed_at)) FROM execution_operation").fetchone()
-    return total, done, float(last) if last is not None else None
+        total, done, first, last = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE status = 'succeeded'), extract(epoch FROM min(started_at)), "
+            "extract(epoch FROM max(completed_at)) FROM execution_operation WHERE created_at >= to_timestamp(%s)",
+            [since]).fetchone()
+    return total, done, float(first or 0), float(last or 0)
+
+
+def operations_wait(database_url: str, since: float, expected: int, timeout: float = 600) -> tuple[float, float]:
+    """Wait until the ``expected`` operations created since ``since`` all succeeded; (first start, last end)."""
+    deadline = time.time() + timeout
+    while True:
+        total, done, first, last = operations_window(database_url, since)
+        if total >= expected and done == total:
+            return first, last
+        if time.time() > deadline:
+            raise SystemExit(f"(d): only {done} of {total} operations succeeded within {timeout:.0f} s")
+        time.sleep(0.25)
 
 
 def main() -> None:
@@ -221,21 +245,24 @@ def main() -> None:
             log("(c) validate-only POST /agp/action-envelopes failing a check")
             results["c"] = scenario("c", (422,))
         if "d" in args.scenarios:
-            log(f"(d) {args.envelopes} envelopes with Prefer: respond-async, executed by one worker")
-            before_total, _, _ = operations_progress(args.database_url)
+            # 1. Submitting while the worker executes: what a client sees end to end.
+            log(f"(d) {args.envelopes} envelopes with Prefer: respond-async, executed as they arrive by one worker")
+            since = time.time()
+            overlapped = scenario("d", (202,), requests=args.envelopes, duration=300, concurrency=4, warmup=0)
+            _, last = operations_wait(args.database_url, since, overlapped["requests"])
+            overlapped["end_to_end_seconds"] = last - overlapped["started_at"]
+            overlapped["executed_per_second"] = overlapped["requests"] / overlapped["end_to_end_seconds"]
+            results["d_overlapped"] = overlapped
+            # 2. The worker's own rate: a backlog submitted while it is stopped, then drained
+            # by the one worker (first claim to last completion), with the web tier idle.
+            log(f"(d) {args.envelopes} envelopes queued with the worker stopped, then drained by one worker")
+            stack.worker_stop()
+            since = time.time()
             submitted = scenario("d", (202,), requests=args.envelopes, duration=300, concurrency=4, warmup=0)
-            deadline = time.time() + 300
-            while time.time() < deadline:
-                total, done, last = operations_progress(args.database_url)
-                if total - before_total >= submitted["requests"] and done == total:
-                    break
-                time.sleep(0.5)
-            total, done, last = operations_progress(args.database_url)
-            if done != total:
-                raise SystemExit(f"(d): only {done} of {total} operations succeeded within 300 s")
-            seconds = last - submitted["started_at"]
-            submitted["end_to_end_seconds"] = seconds
-            submitted["executed_per_second"] = submitted["requests"] / seconds
+            stack.worker_start()
+            first, last = operations_wait(args.database_url, since, submitted["requests"])
+            submitted["drain_seconds"] = last - first
+            submitted["executed_per_second"] = submitted["requests"] / submitted["drain_seconds"]
             results["d"] = submitted
         if "e" in args.scenarios:
             # The budget is the latency of one evaluation, so one client at a time (no queueing).
@@ -300,8 +327,12 @@ def table(results: dict) -> str:
     if "d" in results:
         d = results["d"]
         http_row("d", "(d) submit respond-async (202)")
-        rows.append(("(d) end to end, 1 worker", f"{d['requests']}", f"{d['executed_per_second']:.0f}/s", "", "", "",
-                     f">=150/s in {d['end_to_end_seconds']:.1f} s"))
+        rows.append(("(d) executed by 1 worker", f"{d['requests']}", f"{d['executed_per_second']:.0f}/s", "", "", "",
+                     f">=150/s: drained in {d['drain_seconds']:.1f} s"))
+    if "d_overlapped" in results:
+        d = results["d_overlapped"]
+        rows.append(("(d) submitted and executed together", f"{d['requests']}", f"{d['executed_per_second']:.0f}/s",
+                     "", "", "", f"last completion {d['end_to_end_seconds']:.1f} s after the first submission"))
     if "e" in results:
         http_row("e", "(e) POST /agp/policy-evaluations, 1 client", f"p50 < 2 ms: {results['e']['p50']:.2f}")
     if "e_engine" in results:
