@@ -4,10 +4,10 @@
     python -m bench.ledger verify         # time core.ledger.ledger_verify, print JSON
 
 Seeding does not go through the API (a million appends would take an hour): it computes
-the real chain - the same ``canonical_event`` / ``chain_hash`` / ``content_hash`` as
+the real chain - the same ``canonical_event`` / ``chain_hash`` / ``canonical_json`` as
 ``ledger_append`` - continuing from the stored head, writes the rows with PostgreSQL
-``COPY`` and moves the head row, in one transaction. The payloads look like the ones the
-services write.
+``COPY`` (the payload as its canonical JSON text, as ``LedgerEvent.payload`` stores it) and
+moves the head row, in one transaction. The payloads look like the ones the services write.
 """
 
 import json
@@ -40,7 +40,7 @@ def _payload(i: int) -> dict:
 def seed(target: int) -> dict:
     from django.db import connection, transaction
 
-    from agp_project.canonical import content_hash
+    from agp_project.canonical import bytes_hash, canonical_json
     from agp_project.timeutil import TIME_FORMAT
     from core.ledger import canonical_event, chain_hash
     from core.models import LedgerEvent, LedgerHead
@@ -62,8 +62,8 @@ def seed(target: int) -> dict:
                 sequence += 1
                 added += 1
                 resource_type, event_type = RESOURCES[sequence % 5]
-                payload = _payload(sequence)
-                payload_hash = content_hash(payload)
+                payload = canonical_json(_payload(sequence))
+                payload_hash = bytes_hash(payload)
                 event_id = f"evt_bench_{sequence:010d}"
                 resource_id = f"{resource_type[:3].lower()}_{sequence % 100000:08d}"
                 recorded += timedelta(microseconds=997)
@@ -72,7 +72,7 @@ def seed(target: int) -> dict:
                     sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
                     resource_id=resource_id, actor="bench-seed", payload_hash=payload_hash, recorded_at=stamp))
                 copy.write_row((sequence, event_id, event_type, resource_type, resource_id, "bench-seed",
-                                json.dumps(payload), payload_hash, prev, event_hash, recorded))
+                                payload.decode("utf-8"), payload_hash, prev, event_hash, recorded))
                 prev = event_hash
         LedgerHead.objects.filter(pk=1).update(sequence=sequence, hash=prev)
     with connection.cursor() as cursor:

@@ -5,11 +5,12 @@ from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.db.models.functions import Cast
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path
 from django.utils.html import format_html
 
-from agp_project.canonical import content_hash
 from agp_project.timeutil import iso
 
 from .admin_base import (
@@ -22,7 +23,7 @@ from .admin_base import (
     pretty_json,
     short_hash,
 )
-from .ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_verify
+from .ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_verify, payload_text_hash
 from .models import IdempotencyRecord, LedgerEvent, LedgerHead
 
 # Ledger ``resource_type`` -> (model, its public id field): where an event's resource lives.
@@ -81,6 +82,10 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
         ("Payload", {"fields": ("payload_hash", "payload_pretty")}),
     )
     readonly_fields = ("chain_position", "link_check", "resource_record", "payload_pretty")
+
+    def get_queryset(self, request):
+        # The payload as stored (its canonical text), for link_check: the text is what was hashed.
+        return super().get_queryset(request).annotate(payload_text=Cast("payload", models.TextField()))
 
     def get_urls(self):
         verify = path("verify/", self.admin_site.admin_view(self.verify_view), name="core_ledgerevent_verify")
@@ -169,7 +174,7 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
             payload_hash=obj.payload_hash, recorded_at=iso(obj.recorded_at)))
         if recomputed != obj.hash:
             problems.append("hash does not recompute from the event")
-        if content_hash(obj.payload) != obj.payload_hash:
+        if payload_text_hash(obj.payload_text) != obj.payload_hash:
             problems.append("payload does not hash to payload_hash")
         if problems:
             return format_html('<strong style="color:var(--error-fg)">broken: {}</strong>', "; ".join(problems))

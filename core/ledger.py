@@ -2,24 +2,26 @@
 
 import contextlib
 import hashlib
-import json
-from json.encoder import encode_basestring as _json_string
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from json.encoder import encode_basestring as _json_string
 from typing import Any
 
 import rfc8785
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
+from django.db.models.functions import Cast
 
 from agp_project import errors
-from agp_project.canonical import content_hash
+from agp_project.canonical import bytes_hash, canonical_json
 from agp_project.ids import new_id
 from agp_project.timeutil import iso
 
 from .models import LedgerEvent, LedgerHead
 
 GENESIS_HASH = "0" * 64
+_EVENTS = LedgerEvent._meta.db_table
+_HEAD = LedgerHead._meta.db_table
 
 
 # The chained fields in RFC 8785 order (keys sorted); each string goes through the C
@@ -48,6 +50,11 @@ def chain_hash(prev_hash: str, event_bytes: bytes) -> str:
     return hashlib.sha256(prev_hash.encode("ascii") + event_bytes).hexdigest()
 
 
+def payload_text_hash(stored: str) -> str:
+    """``payload_hash`` as recomputed from the stored payload text (its canonical JSON)."""
+    return bytes_hash(stored.encode("utf-8"))
+
+
 def _locked_head() -> LedgerHead:
     """The head row, locked: the lock queues concurrent writers, so the head read here is
     the head the caller's event extends."""
@@ -71,23 +78,21 @@ def ledger_append(*, event_type: str, resource_type: str, resource_id: str, acto
         raise RuntimeError("ledger_append must run inside the transaction of the change it records")
     payload = payload or {}
     return _append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
-                   payload=payload, payload_hash=content_hash(payload), event_id=event_id)
+                   payload=payload, payload_json=canonical_json(payload), event_id=event_id)
 
 
 def _append(*, event_type: str, resource_type: str, resource_id: str, actor: str, payload: dict[str, Any],
-            payload_hash: str, event_id: str | None) -> LedgerEvent:
-    head = _locked_head()
-    sequence = head.sequence + 1
+            payload_json: bytes, event_id: str | None) -> LedgerEvent:
     recorded = datetime.now(UTC)
     event_id = event_id or new_id("evt")
-    event_hash = chain_hash(head.hash, canonical_event(
-        sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
-        resource_id=resource_id, actor=actor, payload_hash=payload_hash,
-        recorded_at=iso(recorded)))
-    event = LedgerEvent.objects.create(
-        sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
-        resource_id=resource_id, actor=actor, payload=payload, payload_hash=payload_hash,
-        prev_hash=head.hash, hash=event_hash, recorded_at=recorded)
+    payload_hash = bytes_hash(payload_json)
+    fields = {"event_id": event_id, "event_type": event_type, "resource_type": resource_type,
+              "resource_id": resource_id, "actor": actor, "payload_hash": payload_hash}
+    head = _locked_head()
+    sequence = head.sequence + 1
+    event_hash = chain_hash(head.hash, canonical_event(sequence=sequence, recorded_at=iso(recorded), **fields))
+    event = LedgerEvent.objects.create(sequence=sequence, payload=payload, prev_hash=head.hash, hash=event_hash,
+                                       recorded_at=recorded, **fields)
     LedgerHead.objects.filter(pk=1).update(sequence=sequence, hash=event_hash)
     return event
 
@@ -104,35 +109,54 @@ class Verification:
                 "first_broken_sequence": self.first_broken_sequence}
 
 
+def ledger_verify(*, batch_size: int = 5000) -> Verification:
+    """Check the whole chain; name the first event whose link is broken.
+
+    A link is broken when its sequence leaves a gap, its ``prev_hash`` is not the previous
+    event's hash, its payload does not hash to ``payload_hash``, or its own ``hash`` does
+    not match the recomputed one; a head that remembers more events than the table holds
+    names the first missing one (a deleted tail). On PostgreSQL the database does it in
+    one statement (``verify_in_database``); elsewhere Python walks the chain.
+    """
+    if connection.vendor == "postgresql":
+        return verify_in_database()
+    return verify_in_python(batch_size=batch_size)
+
+
+def _verified_up_to(count: int, last_hash: str, head: tuple[int, str] | None) -> Verification:
+    """The verdict once ``count`` events chained intact up to ``last_hash``: the head must agree."""
+    if head is not None and (head[0] != count or head[1] != last_hash):
+        # Events were deleted from the tail: the head remembers more than the table holds.
+        return Verification(False, count, last_hash, count + 1)
+    return Verification(True, count, last_hash, None)
+
+
+# --- verification in Python: every database -------------------------------------------------------------
+
+# PostgreSQL formats recorded_at as chained (TIME_FORMAT): no datetime objects, no
+# converters, and the formatting runs in the database process, beside this one.
+_RECORDED_AT = """to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+_PG_ROWS = (f"SELECT sequence, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash, "
+            f'prev_hash, hash, {_RECORDED_AT} FROM "{_EVENTS}" WHERE sequence > %s ORDER BY sequence LIMIT %s')
+
 _ROW_FIELDS = ("sequence", "event_id", "event_type", "resource_type", "resource_id", "actor",
-               "payload", "payload_hash", "prev_hash", "hash", "recorded_at")
-
-
-# PostgreSQL formats recorded_at as chained (TIME_FORMAT) and hands the payload over as
-# text: no datetime objects, no converters, and the formatting runs in the database
-# process, beside this one. Other databases read through the ORM.
-_PG_ROWS = ("SELECT sequence, event_id, event_type, resource_type, resource_id, actor, payload::text, payload_hash, "
-            "prev_hash, hash, to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
-            "FROM {table} WHERE sequence > %s ORDER BY sequence LIMIT %s")
+               Cast("payload", models.TextField()), "payload_hash", "prev_hash", "hash", "recorded_at")
 
 
 def _iter_rows(batch_size: int) -> Iterable[tuple]:
-    """Every event in sequence order, ``payload`` parsed and ``recorded_at`` as chained.
+    """Every event in sequence order, ``payload`` as its stored text and ``recorded_at`` as chained.
 
     Keyset batches keep memory flat whatever the ledger's size.
     """
     last = 0
     if connection.vendor == "postgresql":
-        sql = _PG_ROWS.format(table=connection.ops.quote_name(LedgerEvent._meta.db_table))
-        loads = json.loads
         with connection.cursor() as cursor:
             while True:
-                cursor.execute(sql, [last, batch_size])
+                cursor.execute(_PG_ROWS, [last, batch_size])
                 rows = cursor.fetchall()
                 if not rows:
                     return
-                for row in rows:
-                    yield (*row[:6], loads(row[6]), *row[7:])
+                yield from rows
                 last = rows[-1][0]
     while True:
         rows = list(LedgerEvent.objects.filter(sequence__gt=last).order_by("sequence")
@@ -144,32 +168,95 @@ def _iter_rows(batch_size: int) -> Iterable[tuple]:
         last = rows[-1][0]
 
 
-def ledger_verify(*, batch_size: int = 5000) -> Verification:
-    """Walk the chain from the first event; name the first event whose link is broken.
+def verify_in_python(*, batch_size: int = 5000) -> Verification:
+    """Walk the chain from the first event in keyset batches, recomputing every hash here.
 
-    A link is broken when its sequence leaves a gap, its ``prev_hash`` is not the previous
-    event's hash, its payload does not hash to ``payload_hash``, or its own ``hash`` does
-    not match the recomputed one.
+    The payload check hashes the stored text itself: it is the canonical JSON that
+    ``payload_hash`` was computed over, so no parsing or re-serialising is needed, and a
+    stored text that merely parses to the same value no longer passes either.
     """
     prev_hash = GENESIS_HASH
     expected_sequence = 1
     count = 0
+    sha256 = hashlib.sha256
     for (sequence, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
          prev, stored_hash, recorded_at) in _iter_rows(batch_size):
         recomputed = chain_hash(prev_hash, canonical_event(
             sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
             resource_id=resource_id, actor=actor, payload_hash=payload_hash, recorded_at=recorded_at))
         if (sequence != expected_sequence or prev != prev_hash or stored_hash != recomputed
-                or content_hash(payload) != payload_hash):
+                or "sha256:" + sha256(payload.encode("utf-8")).hexdigest() != payload_hash):
             return Verification(False, count, prev_hash, sequence)
         prev_hash = stored_hash
         expected_sequence += 1
         count += 1
-    head = LedgerHead.objects.filter(pk=1).values_list("sequence", "hash").first()
-    if head is not None and (head[0] != count or head[1] != prev_hash):
-        # Events were deleted from the tail: the head remembers more than the table holds.
-        return Verification(False, count, prev_hash, count + 1)
-    return Verification(True, count, prev_hash, None)
+    return _verified_up_to(count, prev_hash, LedgerHead.objects.filter(pk=1).values_list("sequence", "hash").first())
+
+
+# --- verification in PostgreSQL ---------------------------------------------------------------------------
+
+# ``canonical_event`` in SQL. to_json(text) escapes exactly as json's encode_basestring
+# (\" \\ \b \f \n \r \t, other characters below U+0020 as lowercase \u00xx, nothing else;
+# PostgreSQL text cannot hold U+0000), to_char writes TIME_FORMAT, a bigint's text is %d.
+_SQL_EVENT = ("""'{"actor":' || to_json(actor)::text || ',"event_id":' || to_json(event_id)::text"""
+              """ || ',"event_type":' || to_json(event_type)::text"""
+              """ || ',"payload_hash":' || to_json(payload_hash)::text"""
+              """ || ',"recorded_at":"' || """ + _RECORDED_AT +
+              """ || '","resource_id":' || to_json(resource_id)::text"""
+              """ || ',"resource_type":' || to_json(resource_type)::text || ',"sequence":' || sequence || '}'""")
+
+# One statement, so one snapshot: appends committed meanwhile cannot make the head and the
+# table disagree. Two passes over the events:
+# - ``links`` walks them in sequence order (a window over the primary key) for the first
+#   event whose sequence is not its position or whose prev_hash is not its predecessor's
+#   hash. Cheap: no hashing.
+# - ``content`` recomputes each event's hash from its own prev_hash, and its payload hash
+#   from the stored text. Each row stands alone, so PostgreSQL may spread this pass over
+#   parallel workers; a plain min(sequence) WHERE ... would be planned as an ordered index
+#   scan stopping at the first match, serial and slower on an intact chain.
+# The first broken event is the earlier of the two. Before a content break with no link
+# break before it, events 1..n-1 are exactly the sequences 1..n-1, so the count is n - 1
+# and the head hash is event n - 1's hash. (An event whose prev_hash is wrong fails
+# ``links`` whatever ``content`` says of it, so recomputing from its own prev_hash finds
+# the same first break as recomputing from the predecessor's hash.) Sequences below 1 are
+# outside the chain, as in the Python walk.
+_PG_VERIFY = f"""
+WITH links AS (
+    SELECT sequence, position, expected_prev FROM (
+        SELECT sequence, prev_hash, row_number() OVER chain AS position,
+               lag(hash, 1, %s) OVER chain AS expected_prev
+          FROM "{_EVENTS}" WHERE sequence > 0 WINDOW chain AS (ORDER BY sequence)) AS walked
+     WHERE sequence <> position OR prev_hash <> expected_prev
+     ORDER BY sequence LIMIT 1
+), content AS (
+    SELECT min(sequence) FILTER (WHERE NOT intact) AS sequence FROM (
+        SELECT sequence,
+               encode(sha256(convert_to(prev_hash || {_SQL_EVENT}, 'UTF8')), 'hex') = hash
+               AND 'sha256:' || encode(sha256(convert_to(payload, 'UTF8')), 'hex') = payload_hash AS intact
+          FROM "{_EVENTS}" WHERE sequence > 0) AS checked
+)
+SELECT links.sequence, links.position, links.expected_prev,
+       content.sequence, (SELECT hash FROM "{_EVENTS}" WHERE sequence = content.sequence - 1),
+       tip.sequence, tip.hash, head.sequence, head.hash
+  FROM content
+  LEFT JOIN links ON true
+  LEFT JOIN (SELECT sequence, hash FROM "{_EVENTS}" WHERE sequence > 0 ORDER BY sequence DESC LIMIT 1) AS tip ON true
+  LEFT JOIN "{_HEAD}" AS head ON head.id = 1
+"""
+
+
+def verify_in_database() -> Verification:
+    """``verify_in_python``'s verdict, computed by PostgreSQL in one statement (``_PG_VERIFY``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PG_VERIFY, [GENESIS_HASH])
+        (link_sequence, link_position, link_prev, content_sequence, content_prev,
+         tip_sequence, tip_hash, head_sequence, head_hash) = cursor.fetchone()
+    if link_sequence is not None and (content_sequence is None or link_sequence <= content_sequence):
+        return Verification(False, link_position - 1, link_prev, link_sequence)
+    if content_sequence is not None:
+        return Verification(False, content_sequence - 1, content_prev or GENESIS_HASH, content_sequence)
+    head = None if head_sequence is None else (head_sequence, head_hash)
+    return _verified_up_to(tip_sequence or 0, tip_hash or GENESIS_HASH, head)
 
 
 def ledger_append_client_event(*, event_type: str, resource_type: str, resource_id: str, actor: str,
@@ -181,7 +268,7 @@ def ledger_append_client_event(*, event_type: str, resource_type: str, resource_
     requests race for it (the unique index decides, after the head lock queued them).
     """
     try:
-        payload_hash = content_hash(payload)
+        payload_json = canonical_json(payload)
     except rfc8785.CanonicalizationError as exc:
         raise errors.invalid_fields({"payload": [f"Not representable as canonical JSON: {exc}"]}) from None
     if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
@@ -189,7 +276,7 @@ def ledger_append_client_event(*, event_type: str, resource_type: str, resource_
     try:
         with transaction.atomic():
             return _append(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                           actor=actor, payload=payload, payload_hash=payload_hash, event_id=event_id)
+                           actor=actor, payload=payload, payload_json=payload_json, event_id=event_id)
     except IntegrityError:
         if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
             raise errors.duplicate_id("ledger event", "event_id", event_id) from None

@@ -2,6 +2,8 @@
 
 from django.db import models
 
+from .fields import CanonicalJSONField
+
 
 class LedgerHead(models.Model):
     """The single row that serialises ledger appends.
@@ -20,13 +22,16 @@ class LedgerHead(models.Model):
 
 
 class LedgerEvent(models.Model):
+    """One link of the chain. ``payload`` is stored as its canonical JSON text, the bytes
+    ``payload_hash`` covers, so the database can check it without Python (``core.ledger``)."""
+
     sequence = models.BigIntegerField(primary_key=True)
     event_id = models.CharField(max_length=128, unique=True)
     event_type = models.CharField(max_length=64, db_index=True)
     resource_type = models.CharField(max_length=64)
     resource_id = models.CharField(max_length=128)
     actor = models.CharField(max_length=128)
-    payload = models.JSONField(default=dict)
+    payload = CanonicalJSONField(default=dict)
     payload_hash = models.CharField(max_length=71)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)

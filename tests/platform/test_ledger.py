@@ -2,16 +2,27 @@
 
 import json
 import threading
+from datetime import timedelta
 
 import pytest
 import rfc8785
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from agp_project.canonical import content_hash
-from core.ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_append, ledger_verify
+from core.ledger import (
+    GENESIS_HASH,
+    canonical_event,
+    chain_hash,
+    ledger_append,
+    ledger_verify,
+    verify_in_database,
+    verify_in_python,
+)
 from core.models import LedgerEvent, LedgerHead
 from tests.platform.conftest import assert_envelope
 
@@ -29,6 +40,20 @@ def append(n=1, **overrides):
 def tamper(sql, params):
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+@pytest.fixture(params=["python", "database"])
+def verify(request):
+    """Each verification path; both must give the same verdict on the same ledger.
+
+    ``ledger_verify`` takes the database path on PostgreSQL and the Python walk elsewhere;
+    the Python walk also runs on PostgreSQL, so there the two are compared.
+    """
+    if request.param == "python":
+        return verify_in_python
+    if connection.vendor != "postgresql":
+        pytest.skip("verification in the database needs PostgreSQL")
+    return lambda batch_size=None: verify_in_database()
 
 
 @pytest.mark.django_db
@@ -82,46 +107,99 @@ def test_canonical_event_is_exactly_rfc8785(event_type, resource_id, actor, even
 
 @pytest.mark.django_db
 class TestVerification:
-    def test_an_intact_chain_verifies(self):
+    def test_an_intact_chain_verifies(self, verify):
         events = append(5)
-        assert ledger_verify(batch_size=2).as_dict() == {
+        assert verify(batch_size=2).as_dict() == {
             "verified": True, "events": 5, "head_hash": events[-1].hash, "first_broken_sequence": None}
 
-    def test_an_empty_ledger_verifies(self):
-        assert ledger_verify().as_dict() == {"verified": True, "events": 0, "head_hash": GENESIS_HASH,
-                                             "first_broken_sequence": None}
+    def test_an_empty_ledger_verifies(self, verify):
+        assert verify().as_dict() == {"verified": True, "events": 0, "head_hash": GENESIS_HASH,
+                                      "first_broken_sequence": None}
+
+    def test_ledger_verify_takes_the_database_path_on_postgresql(self, django_assert_num_queries):
+        events = append(3)
+        with django_assert_num_queries(1 if connection.vendor == "postgresql" else 3):  # Python: 2 batches, head
+            result = ledger_verify(batch_size=5)
+        assert result.as_dict() == verify_in_python().as_dict() == {
+            "verified": True, "events": 3, "head_hash": events[-1].hash, "first_broken_sequence": None}
 
     @pytest.mark.parametrize("column, flip", [
         ("actor", lambda v: "T" + v[1:]),
         ("resource_id", lambda v: v[:-1] + "9"),
+        ("resource_type", lambda v: v.upper()),
         ("event_type", lambda v: v.replace("appended", "appendec")),
+        ("event_id", lambda v: v + "x"),
         ("hash", lambda v: ("1" if v[0] != "1" else "2") + v[1:]),
+        ("prev_hash", lambda v: ("1" if v[0] != "1" else "2") + v[1:]),
         ("payload_hash", lambda v: v[:-1] + ("0" if v[-1] != "0" else "1")),
+        ("payload", lambda v: v.replace("3", "4")),
+        ("payload", lambda v: v + " "),  # the same JSON value, but not the bytes that were hashed
+        ("payload", lambda v: v.replace(":", ": ")),
     ])
-    def test_flipping_one_byte_of_a_stored_event_names_that_event(self, column, flip):
+    def test_flipping_one_byte_of_a_stored_event_names_that_event(self, verify, column, flip):
         append(6)
-        value = LedgerEvent.objects.values_list(column, flat=True).get(sequence=4)
+        (value,) = LedgerEvent.objects.filter(sequence=4).values_list(Cast(column, TextField()), flat=True)
         tamper(f"UPDATE core_ledgerevent SET {column} = %s WHERE sequence = %s", [flip(value), 4])
-        result = ledger_verify(batch_size=2)
+        result = verify(batch_size=2)
         assert (result.verified, result.first_broken_sequence, result.events) == (False, 4, 3)
+        assert result.head_hash == LedgerEvent.objects.get(sequence=3).hash
 
-    def test_a_changed_payload_names_that_event(self):
+    def test_a_moved_recorded_at_names_that_event(self, verify):
+        append(4)
+        tamper("UPDATE core_ledgerevent SET recorded_at = %s WHERE sequence = %s",
+               [LedgerEvent.objects.get(sequence=2).recorded_at + timedelta(microseconds=1), 2])
+        assert (verify().first_broken_sequence, verify().events) == (2, 1)
+
+    def test_a_changed_payload_names_that_event(self, verify):
         append(3)
         event = LedgerEvent.objects.get(sequence=2)
         event.payload = {"i": 7}
         event.save(update_fields=["payload"])
-        assert ledger_verify().first_broken_sequence == 2
+        assert verify().first_broken_sequence == 2
 
-    def test_a_deleted_event_in_the_middle_names_the_gap(self):
+    def test_a_deleted_event_in_the_middle_names_the_gap(self, verify):
         append(4)
         tamper("DELETE FROM core_ledgerevent WHERE sequence = %s", [2])
-        assert ledger_verify().first_broken_sequence == 3
+        assert verify().first_broken_sequence == 3
 
-    def test_a_deleted_tail_is_noticed_through_the_head(self):
+    def test_a_deleted_first_event_names_the_new_first(self, verify):
+        append(3)
+        tamper("DELETE FROM core_ledgerevent WHERE sequence = %s", [1])
+        assert verify().as_dict() == {"verified": False, "events": 0, "head_hash": GENESIS_HASH,
+                                      "first_broken_sequence": 2}
+
+    def test_a_renumbered_event_names_the_gap_it_leaves(self, verify):
+        events = append(6)
+        tamper("UPDATE core_ledgerevent SET sequence = %s WHERE sequence = %s", [40, 4])
+        assert verify(batch_size=2).as_dict() == {"verified": False, "events": 3, "head_hash": events[2].hash,
+                                                  "first_broken_sequence": 5}
+
+    def test_a_deleted_tail_is_noticed_through_the_head(self, verify):
         append(4)
         tamper("DELETE FROM core_ledgerevent WHERE sequence = %s", [4])
-        result = ledger_verify()
+        result = verify()
         assert (result.verified, result.events, result.first_broken_sequence) == (False, 3, 4)
+
+    def test_a_head_with_another_hash_is_noticed(self, verify):
+        events = append(3)
+        LedgerHead.objects.filter(pk=1).update(hash="f" * 64)
+        assert verify().as_dict() == {"verified": False, "events": 3, "head_hash": events[-1].hash,
+                                      "first_broken_sequence": 4}
+
+    def test_a_missing_head_leaves_an_intact_chain_verified(self, verify):
+        events = append(2)
+        LedgerHead.objects.all().delete()
+        assert verify().as_dict() == {"verified": True, "events": 2, "head_hash": events[-1].hash,
+                                      "first_broken_sequence": None}
+
+    @pytest.mark.parametrize("content, link, first", [(2, 5, 2), (5, 2, 2), (3, 3, 3)])
+    def test_of_two_breaks_the_earlier_is_named(self, verify, content, link, first):
+        events = append(6)
+        tamper("UPDATE core_ledgerevent SET actor = %s WHERE sequence = %s", ["intruder", content])
+        tamper("UPDATE core_ledgerevent SET prev_hash = %s WHERE sequence = %s", ["e" * 64, link])
+        assert verify(batch_size=2).as_dict() == {"verified": False, "events": first - 1,
+                                                  "head_hash": events[first - 2].hash,
+                                                  "first_broken_sequence": first}
 
 
 @pytest.mark.django_db

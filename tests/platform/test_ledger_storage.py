@@ -1,0 +1,192 @@
+"""The ledger's storage: payloads as canonical text, and the two verification paths
+agreeing on text that needs escaping."""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core import serializers
+from django.db import connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from hypothesis import given, settings as hypothesis_settings, strategies as st
+
+from agp_project.canonical import canonical_json, content_hash
+from core.fields import load_json
+from core.ledger import (
+    GENESIS_HASH,
+    canonical_event,
+    chain_hash,
+    ledger_append,
+    ledger_verify,
+    payload_text_hash,
+    verify_in_database,
+    verify_in_python,
+)
+from core.models import LedgerEvent
+
+# Everything the JSON escaper treats specially, and what it must leave alone: quotes,
+# backslashes, the short escapes, other control characters (\u00xx), DEL and U+2028 (not
+# escaped), non-ASCII, astral characters (4 bytes in UTF-8, a surrogate pair in UTF-16).
+AWKWARD = ['a"b', "back\\slash", "\b\f\n\r\t", "\x01\x1f", "\x7f", "line\u2028sep", "caf\u00e9",
+           "\u65e5\u672c", "\U0001f600", "</script>", "\u00a0 nbsp", ""]
+AWKWARD_PAYLOADS = [
+    {"text": "".join(AWKWARD)},
+    {"\u00e9": 1, "z": 2, "\U0001f600": 3, "\ufb01": 4},  # non-ASCII keys: sorted by UTF-16 units
+    {"floats": [0.1, 1e16, 1e-7, 5.0, -0.0, 1e21], "big": 2**53 - 1, "nested": {"b": [None, True, {}]}},
+    {"controls": ["\x00", "\x1f", "\u2028"]},  # U+0000 inside the payload: escaped in the text, fine
+]
+
+
+def verifiers():
+    yield "python", verify_in_python()
+    if connection.vendor == "postgresql":
+        yield "database", verify_in_database()
+
+
+def assert_both(expected: dict):
+    for name, result in verifiers():
+        assert result.as_dict() == expected, name
+
+
+def stored_payload(sequence: int) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT payload FROM core_ledgerevent WHERE sequence = %s", [sequence])
+        return cursor.fetchone()[0]
+
+
+def append_awkward():
+    events = []
+    for i, text in enumerate(AWKWARD):
+        with transaction.atomic():
+            events.append(ledger_append(event_type=f"test.{text}"[:64], resource_type=text or "t",
+                                        resource_id=f"{text}-{i}", actor=text or "a",
+                                        payload=AWKWARD_PAYLOADS[i % len(AWKWARD_PAYLOADS)]))
+    return events
+
+
+@pytest.mark.django_db
+class TestAwkwardText:
+    def test_events_with_escapes_and_non_ascii_chain_as_in_python(self):
+        events = append_awkward()
+        for event in events:
+            stored = LedgerEvent.objects.get(sequence=event.sequence)
+            assert stored.hash == event.hash == chain_hash(stored.prev_hash, canonical_event(
+                sequence=stored.sequence, event_id=stored.event_id, event_type=stored.event_type,
+                resource_type=stored.resource_type, resource_id=stored.resource_id, actor=stored.actor,
+                payload_hash=stored.payload_hash, recorded_at=stored.recorded_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")))
+        assert_both({"verified": True, "events": len(AWKWARD), "head_hash": events[-1].hash,
+                     "first_broken_sequence": None})
+
+    @pytest.mark.parametrize("column, value", [("actor", "caf\u00e8"), ("resource_id", "\x01\x1e-1"),
+                                               ("resource_type", "\U0001f601"), ("payload", '{"text":"\u2029"}')])
+    def test_a_changed_awkward_value_is_named_by_both_paths(self, column, value):
+        events = append_awkward()
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE core_ledgerevent SET {column} = %s WHERE sequence = 2", [value])
+        assert_both({"verified": False, "events": 1, "head_hash": events[0].hash, "first_broken_sequence": 2})
+
+
+@given(st.lists(st.tuples(*(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                                    min_size=1, max_size=size) for size in (64, 64, 128, 128)),
+                          st.dictionaries(st.text(max_size=8), st.one_of(st.text(), st.integers(-99, 99),
+                                                                          st.floats(allow_nan=False,
+                                                                                    allow_infinity=False)),
+                                          max_size=4)),
+                min_size=1, max_size=3))
+@hypothesis_settings(max_examples=60, deadline=None)
+@pytest.mark.django_db
+def test_any_text_appends_and_verifies_the_same_in_both_paths(events):
+    """Python's canonical event and PostgreSQL's agree on any text."""
+    with transaction.atomic():
+        for event_type, resource_type, resource_id, actor, payload in events:
+            with transaction.atomic():
+                last = ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
+                                     actor=actor, payload=payload)
+        total = LedgerEvent.objects.count()
+        assert_both({"verified": True, "events": total, "head_hash": last.hash, "first_broken_sequence": None})
+        transaction.set_rollback(True)
+
+
+@pytest.mark.django_db
+class TestCanonicalPayload:
+    def test_the_payload_is_stored_as_its_canonical_text_and_read_back_as_json(self):
+        payload = AWKWARD_PAYLOADS[2]
+        with transaction.atomic():
+            event = ledger_append(event_type="t", resource_type="t", resource_id="t", actor="a", payload=payload)
+        assert stored_payload(event.sequence) == canonical_json(payload).decode("utf-8")
+        assert LedgerEvent.objects.get().payload == json.loads(canonical_json(payload))
+        assert event.payload_hash == content_hash(payload)
+
+    def test_the_orm_writes_canonical_text_too(self):
+        with transaction.atomic():
+            event = ledger_append(event_type="t", resource_type="t", resource_id="t", actor="a")
+        LedgerEvent.objects.filter(pk=event.pk).update(payload={"b": 1, "a": [1.0, "\u00e9"]})
+        assert stored_payload(event.sequence) == '{"a":[1,"\u00e9"],"b":1}'
+
+    def test_text_that_is_no_longer_json_reads_as_stored_and_fails_verification(self):
+        with transaction.atomic():
+            first, second = (ledger_append(event_type="t", resource_type="t", resource_id=str(i), actor="a",
+                                           payload={"i": i}) for i in range(2))
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE core_ledgerevent SET payload = %s WHERE sequence = 2", ['{"i":'])
+        assert LedgerEvent.objects.get(sequence=2).payload == '{"i":'
+        assert_both({"verified": False, "events": 1, "head_hash": first.hash, "first_broken_sequence": 2})
+
+    def test_dumpdata_and_loaddata_keep_the_payload(self):
+        with transaction.atomic():
+            event = ledger_append(event_type="t", resource_type="t", resource_id="t", actor="a",
+                                  payload=AWKWARD_PAYLOADS[1])
+        dumped = serializers.serialize("json", LedgerEvent.objects.all())
+        assert json.loads(dumped)[0]["fields"]["payload"] == AWKWARD_PAYLOADS[1]
+        LedgerEvent.objects.all().delete()
+        for obj in serializers.deserialize("json", dumped):
+            obj.save()
+        assert stored_payload(event.sequence) == canonical_json(AWKWARD_PAYLOADS[1]).decode("utf-8")
+        # (Not a whole verification: Django's JSON serialiser cuts recorded_at to milliseconds.)
+        assert payload_text_hash(stored_payload(event.sequence)) == event.payload_hash
+
+
+# --- migration 0002: jsonb (or JSON text on SQLite) to canonical text ----------------------------------------
+MIGRATED = AWKWARD_PAYLOADS[:3] * 2  # jsonb cannot hold U+0000, so not the fourth
+BEFORE = [("core", "0001_initial")]
+AFTER = [("core", "0002_ledger_payload_canonical_text")]
+
+
+def _migrate(targets):
+    executor = MigrationExecutor(connection)
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_0002_rewrites_each_payload_as_its_canonical_text_and_back():
+    old_apps = _migrate(BEFORE)
+    try:
+        old_events = old_apps.get_model("core", "LedgerEvent").objects
+        prev, recorded = GENESIS_HASH, datetime(2026, 11, 21, 19, 31, 24, 123456, tzinfo=UTC)
+        for sequence, payload in enumerate(MIGRATED, 1):
+            fields = {"sequence": sequence, "event_id": f"evt_{sequence}", "event_type": "t.migrated",
+                      "resource_type": "t", "resource_id": "\u00e9", "actor": "a\n",
+                      "payload_hash": content_hash(payload)}
+            recorded += timedelta(seconds=1)
+            event_hash = chain_hash(prev, canonical_event(recorded_at=recorded.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                                          **fields))
+            old_events.create(payload=payload, prev_hash=prev, hash=event_hash, recorded_at=recorded, **fields)
+            prev = event_hash
+        old_apps.get_model("core", "LedgerHead").objects.update_or_create(
+            pk=1, defaults={"sequence": len(MIGRATED), "hash": prev})
+
+        _migrate(AFTER)
+        expected = [canonical_json(p).decode("utf-8") for p in MIGRATED]
+        assert [stored_payload(s) for s in range(1, len(expected) + 1)] == expected
+        assert_both({"verified": True, "events": len(expected), "head_hash": prev, "first_broken_sequence": None})
+
+        _migrate(BEFORE)  # and back to JSON: the values still hash as recorded
+        with connection.cursor() as cursor:
+            cast = "::text" if connection.vendor == "postgresql" else ""
+            cursor.execute(f"SELECT payload{cast}, payload_hash FROM core_ledgerevent ORDER BY sequence")
+            rows = cursor.fetchall()
+        assert [content_hash(load_json(text)) for text, _ in rows] == [recorded for _, recorded in rows]
+    finally:
+        _migrate(AFTER)
+    assert ledger_verify().verified
