@@ -25,9 +25,12 @@ _HEAD = LedgerHead._meta.db_table
 
 
 # The chained fields in RFC 8785 order (keys sorted); each string goes through the C
-# escaper json.dumps(ensure_ascii=False) uses.
-_EVENT_TEMPLATE = ('{"actor":%s,"event_id":%s,"event_type":%s,"payload_hash":%s,"recorded_at":%s,'
-                   '"resource_id":%s,"resource_type":%s,"sequence":%d}')
+# escaper json.dumps(ensure_ascii=False) uses. The sequence comes last, so everything
+# before it (the prefix) is known before the head is locked: appends on PostgreSQL hand the
+# prefix to the database, which adds the sequence it assigns and hashes.
+_EVENT_PREFIX = ('{"actor":%s,"event_id":%s,"event_type":%s,"payload_hash":%s,"recorded_at":%s,'
+                 '"resource_id":%s,"resource_type":%s,"sequence":')
+_EVENT_TEMPLATE = _EVENT_PREFIX + "%d}"
 
 
 def canonical_event(*, sequence: int, event_id: str, event_type: str, resource_type: str, resource_id: str,
@@ -45,6 +48,14 @@ def canonical_event(*, sequence: int, event_id: str, event_type: str, resource_t
     )).encode("utf-8")
 
 
+def _event_prefix(*, event_id: str, event_type: str, resource_type: str, resource_id: str, actor: str,
+                  payload_hash: str, recorded_at: str) -> str:
+    """``canonical_event`` up to the sequence number: the event is this, the sequence, ``}``."""
+    return _EVENT_PREFIX % (
+        _json_string(actor), _json_string(event_id), _json_string(event_type), _json_string(payload_hash),
+        _json_string(recorded_at), _json_string(resource_id), _json_string(resource_type))
+
+
 def chain_hash(prev_hash: str, event_bytes: bytes) -> str:
     """SHA-256 over the previous hash and the canonical event."""
     return hashlib.sha256(prev_hash.encode("ascii") + event_bytes).hexdigest()
@@ -57,7 +68,8 @@ def payload_text_hash(stored: str) -> str:
 
 def _locked_head() -> LedgerHead:
     """The head row, locked: the lock queues concurrent writers, so the head read here is
-    the head the caller's event extends."""
+    the head the caller's event extends. (PostgreSQL appends lock it in their own statement
+    and come here only when the row is missing.)"""
     head = LedgerHead.objects.select_for_update().filter(pk=1).first()
     if head is not None:
         return head
@@ -81,6 +93,26 @@ def ledger_append(*, event_type: str, resource_type: str, resource_id: str, acto
                    payload=payload, payload_json=canonical_json(payload), event_id=event_id)
 
 
+# One statement on PostgreSQL: lock the head, move it to the next sequence and the hash of
+# the new event, insert the event. The database finishes the canonical event from the
+# prefix (``canonical_event`` is prefix + sequence + "}") and hashes it as ``chain_hash``
+# does. The locking subquery is what queues concurrent writers: once it has waited, it
+# returns the head the previous writer committed, and the update builds on that row.
+_PG_APPEND = f"""
+WITH moved AS (
+    UPDATE "{_HEAD}" AS head
+       SET sequence = locked.sequence + 1,
+           hash = encode(sha256(convert_to(locked.hash || %s || (locked.sequence + 1) || '}}', 'UTF8')), 'hex')
+      FROM (SELECT id, sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE) AS locked
+     WHERE head.id = locked.id
+ RETURNING head.sequence, head.hash, locked.hash AS prev_hash)
+INSERT INTO "{_EVENTS}" (sequence, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
+                         prev_hash, hash, recorded_at)
+SELECT sequence, %s, %s, %s, %s, %s, %s, %s, prev_hash, hash, %s FROM moved
+RETURNING sequence, prev_hash, hash
+"""
+
+
 def _append(*, event_type: str, resource_type: str, resource_id: str, actor: str, payload: dict[str, Any],
             payload_json: bytes, event_id: str | None) -> LedgerEvent:
     recorded = datetime.now(UTC)
@@ -88,12 +120,35 @@ def _append(*, event_type: str, resource_type: str, resource_id: str, actor: str
     payload_hash = bytes_hash(payload_json)
     fields = {"event_id": event_id, "event_type": event_type, "resource_type": resource_type,
               "resource_id": resource_id, "actor": actor, "payload_hash": payload_hash}
+    if connection.vendor == "postgresql":
+        return _append_in_one_statement(fields, payload, payload_json.decode("utf-8"), recorded)
     head = _locked_head()
     sequence = head.sequence + 1
     event_hash = chain_hash(head.hash, canonical_event(sequence=sequence, recorded_at=iso(recorded), **fields))
     event = LedgerEvent.objects.create(sequence=sequence, payload=payload, prev_hash=head.hash, hash=event_hash,
                                        recorded_at=recorded, **fields)
     LedgerHead.objects.filter(pk=1).update(sequence=sequence, hash=event_hash)
+    return event
+
+
+def _append_in_one_statement(fields: dict[str, str], payload: dict[str, Any], payload_text: str,
+                             recorded: datetime) -> LedgerEvent:
+    params = [_event_prefix(recorded_at=iso(recorded), **fields), fields["event_id"], fields["event_type"],
+              fields["resource_type"], fields["resource_id"], fields["actor"], payload_text, fields["payload_hash"],
+              recorded]
+    with connection.cursor() as cursor:
+        cursor.execute(_PG_APPEND, params)
+        row = cursor.fetchone()
+        if row is None:
+            # No head row (a flushed database): recreate it at the tip, locked, and go again.
+            _locked_head()
+            cursor.execute(_PG_APPEND, params)
+            row = cursor.fetchone()
+    sequence, prev_hash, event_hash = row
+    event = LedgerEvent(sequence=sequence, payload=payload, prev_hash=prev_hash, hash=event_hash,
+                        recorded_at=recorded, **fields)
+    event._state.adding = False
+    event._state.db = connection.alias
     return event
 
 

@@ -1,12 +1,12 @@
-"""The ledger's storage: payloads as canonical text, and the two verification paths
-agreeing on text that needs escaping."""
+"""The ledger's storage: payloads as canonical text, appends hashed by PostgreSQL, and the
+two verification paths agreeing on text that needs escaping."""
 
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core import serializers
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
@@ -22,7 +22,7 @@ from core.ledger import (
     verify_in_database,
     verify_in_python,
 )
-from core.models import LedgerEvent
+from core.models import LedgerEvent, LedgerHead
 
 # Everything the JSON escaper treats specially, and what it must leave alone: quotes,
 # backslashes, the short escapes, other control characters (\u00xx), DEL and U+2028 (not
@@ -96,7 +96,7 @@ class TestAwkwardText:
 @hypothesis_settings(max_examples=60, deadline=None)
 @pytest.mark.django_db
 def test_any_text_appends_and_verifies_the_same_in_both_paths(events):
-    """Python's canonical event and PostgreSQL's agree on any text."""
+    """The hash PostgreSQL computes on append is the hash Python recomputes, and back."""
     with transaction.atomic():
         for event_type, resource_type, resource_id, actor, payload in events:
             with transaction.atomic():
@@ -144,6 +144,29 @@ class TestCanonicalPayload:
         assert stored_payload(event.sequence) == canonical_json(AWKWARD_PAYLOADS[1]).decode("utf-8")
         # (Not a whole verification: Django's JSON serialiser cuts recorded_at to milliseconds.)
         assert payload_text_hash(stored_payload(event.sequence)) == event.payload_hash
+
+
+@pytest.mark.django_db
+class TestAppendStatements:
+    def test_an_append_is_one_statement_on_postgresql(self, django_assert_num_queries):
+        with transaction.atomic():
+            ledger_append(event_type="t", resource_type="t", resource_id="t", actor="a")  # the head exists
+            # SQLite keeps the ORM path: lock the head, insert, move the head.
+            with django_assert_num_queries(1 if connection.vendor == "postgresql" else 3):
+                event = ledger_append(event_type="t", resource_type="task", resource_id="r", actor="a",
+                                      payload={"k": "v"})
+        stored = LedgerEvent.objects.get(sequence=event.sequence)
+        fields = [f.attname for f in LedgerEvent._meta.concrete_fields]
+        assert [getattr(event, f) for f in fields] == [getattr(stored, f) for f in fields]
+        assert not event._state.adding and event._state.db == stored._state.db
+        assert LedgerHead.objects.values_list("sequence", "hash").get() == (2, event.hash)
+
+    def test_a_duplicate_event_id_rolls_back_the_head_move(self):
+        with transaction.atomic():
+            event = ledger_append(event_type="t", resource_type="t", resource_id="t", actor="a", event_id="evt_x")
+        with pytest.raises(IntegrityError), transaction.atomic():
+            ledger_append(event_type="t", resource_type="t", resource_id="t", actor="a", event_id="evt_x")
+        assert LedgerHead.objects.values_list("sequence", "hash").get() == (1, event.hash)
 
 
 # --- migration 0002: jsonb (or JSON text on SQLite) to canonical text ----------------------------------------
