@@ -1,4 +1,4 @@
-"""``manage.py verify_ledger``: walk the hash chain and name the first broken link (C9).
+"""``manage.py verify_ledger``: check the hash chain and name the first broken link (C9).
 
 Exits 0 when the whole chain verifies, 1 otherwise, so it can gate a cron job or a CI step.
 """
@@ -15,7 +15,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="print the verification as JSON")
-        parser.add_argument("--batch-size", type=int, default=5000, help="events read per query")
+        parser.add_argument("--batch-size", type=int, default=5000, help="events read per query by the Python walk (PostgreSQL verifies in one statement)")
 
     def handle(self, *args, **options):
         result = ledger_verify(batch_size=options["batch_size"])
