@@ -1,7 +1,12 @@
 """Reads of the Decision API, including the checks other apps run before acting.
 
-The execution app's fail-closed checks (CONTRACT C8, checks 4-8) call the functions
-here; each takes model instances or plain ids, so callers need not load rows first.
+The execution app's fail-closed checks (CONTRACT C8, checks 4-8) use the querysets
+here (``impact_assessments_newest_first``, ``approvals_standing``,
+``escalations_blocking``): they compile them once and read them together with the
+other checks' rows in one statement, so these functions are the one definition of each
+rule. Their SQL must not depend on the values of their arguments, only on which are
+given (execution/checks.py compiles them with placeholder values). Each takes model
+instances or plain ids, so callers need not load rows first.
 """
 
 from datetime import datetime
@@ -40,21 +45,26 @@ def impact_assessment_required(*, task: Task) -> bool:
     return task.risk_level in RULE5_RISK_LEVELS and task.action_class in RULE5_ACTION_CLASSES
 
 
-def impact_assessment_newest(*, task: Task | str, decision: Decision | str) -> ImpactAssessment | None:
-    """The assessment of ``decision`` for ``task`` recorded last (server order).
+def impact_assessments_newest_first(*, task: Task | str, decision: Decision | str) -> QuerySet[ImpactAssessment]:
+    """The assessments of ``decision`` for ``task``, the one recorded last (server order) first.
 
     Not by ``assessed_at``: the client sets that, so a future-dated assessment would
     outrank a later ``do_not_proceed`` one.
     """
     return (ImpactAssessment.objects
             .filter(task_id=_id(task, "task_id"), decision_id=_id(decision, "decision_id"))
-            .order_by("-pk").first())
+            .order_by("-pk"))
+
+
+def impact_assessment_newest(*, task: Task | str, decision: Decision | str) -> ImpactAssessment | None:
+    """The assessment of ``decision`` for ``task`` recorded last (server order)."""
+    return impact_assessments_newest_first(task=task, decision=decision).first()
 
 
 # --- approvals -----------------------------------------------------------------------------
-def approval_newest(*, decision: Decision | str, now: datetime) -> Approval | None:
-    """The approved, unexpired approval of ``decision`` recorded last, annotated with
-    ``rejected_later`` (a rejection was recorded after it); one query.
+def approvals_standing(*, decision: Decision | str, now: datetime) -> QuerySet[Approval]:
+    """The approved, unexpired approvals of ``decision``, the one recorded last first, each
+    annotated with ``rejected_later`` (a rejection was recorded after it).
 
     "Later" is server order (primary key), never the client-settable ``created_at``: a
     backdated rejection still withdraws the approval before it.
@@ -64,7 +74,13 @@ def approval_newest(*, decision: Decision | str, now: datetime) -> Approval | No
             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
             .annotate(rejected_later=Exists(Approval.objects.filter(
                 decision_id=decision_id, verdict=ApprovalVerdict.REJECTED, pk__gt=OuterRef("pk"))))
-            .order_by("-pk").first())
+            .order_by("-pk"))
+
+
+def approval_newest(*, decision: Decision | str, now: datetime) -> Approval | None:
+    """The approved, unexpired approval of ``decision`` recorded last, annotated with
+    ``rejected_later``; one query."""
+    return approvals_standing(decision=decision, now=now).first()
 
 
 def approval_valid_for(*, decision: Decision | str, now: datetime) -> Approval | None:

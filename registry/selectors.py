@@ -13,7 +13,7 @@ revocation cascade's materialisation for lists, not the only guard.
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .choices import ActiveStatus, RevocationTarget
@@ -44,13 +44,21 @@ def delegation_get(*, delegation_id: str) -> Delegation | None:
     return Delegation.objects.filter(delegation_id=delegation_id).first()
 
 
-def _chain_rows(pks: Iterable[int]) -> dict[int, Delegation]:
-    """The links with these primary keys, each annotated with ``agent_revoked`` (one query)."""
+def delegation_links(*, pks: Iterable[int]) -> QuerySet[Delegation]:
+    """The links with these primary keys, each annotated with ``agent_revoked`` (whether the
+    agent it was granted to or by is revoked), as ``delegation_links_problem`` needs them.
+
+    The execution checks (CONTRACT C8 check 2) compile this queryset once and reuse its SQL.
+    """
     agent_revoked = Revocation.objects.filter(
         Q(target_id=OuterRef("delegator_agent")) | Q(target_id=OuterRef("delegate_agent")),
         target_type=RevocationTarget.AGENT)
-    rows = Delegation.objects.filter(pk__in=set(pks)).annotate(agent_revoked=Exists(agent_revoked))
-    return {row.pk: row for row in rows}
+    return Delegation.objects.filter(pk__in=set(pks)).annotate(agent_revoked=Exists(agent_revoked))
+
+
+def _chain_rows(pks: Iterable[int]) -> dict[int, Delegation]:
+    """The links with these primary keys, each annotated with ``agent_revoked`` (one query)."""
+    return {row.pk: row for row in delegation_links(pks=pks)}
 
 
 def _link_problem(link: Delegation | None, now: datetime) -> str | None:
