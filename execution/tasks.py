@@ -12,8 +12,8 @@ import os
 import socket
 
 from celery import shared_task
-from celery.signals import worker_ready
-from django.db import InterfaceError, OperationalError
+from celery.signals import task_postrun, task_prerun, worker_ready
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from agp_project.errors import AGPError
 
@@ -65,6 +65,14 @@ def recover_operations() -> int:
     """Re-enqueue pending operations whose message was lost, running ones whose worker died,
     and callback deliveries whose retry message was lost."""
     return operations_recover() + callbacks_recover()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _connections_recycle(**kwargs):
+    # What Django does around each web request: drop a connection that broke or outlived
+    # CONN_MAX_AGE, and health-check a kept one before its next use.
+    close_old_connections()
 
 
 @worker_ready.connect

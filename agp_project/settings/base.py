@@ -167,6 +167,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes every database connection before and after each task unless
+# this is set: a new PostgreSQL backend per task (connect, authenticate, cold catalog caches)
+# cost more than the task itself. Connections are kept instead, and recycled like the web
+# tier's (CONN_MAX_AGE, health checks, errors) by execution/tasks.py between tasks; the
+# fixup still closes them every this many tasks.
+CELERY_DB_REUSE_MAX = env_int("AGP_WORKER_DB_REUSE_MAX", 1000, minimum=1)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

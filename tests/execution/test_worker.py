@@ -105,3 +105,29 @@ def test_it_re_enqueues_a_pending_operation_whose_message_was_lost(api, module_w
 
     assert final["status"] == "succeeded"
     assert Operation.objects.get(operation_id=operation_id).attempts == 1
+
+
+def test_it_keeps_its_database_connection_between_tasks_and_recovers_when_it_is_cut(api, module_worker, worker_db):
+    from django.db import connection
+
+    def worker_backends():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid, backend_start FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+            return set(cursor.fetchall())
+
+    first = poll_until_ended(api, submit_async(api, make_world().envelope_request())["operation_id"], module_worker)
+    kept = worker_backends()
+    second = poll_until_ended(api, submit_async(api, make_world().envelope_request())["operation_id"], module_worker)
+    # Celery's Django fixup would open a new backend for every task; the worker keeps its own.
+    assert (first["status"], second["status"]) == ("succeeded", "succeeded")
+    assert kept and worker_backends() == kept
+
+    with connection.cursor() as cursor:  # the database drops the worker's connections
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+    third = poll_until_ended(api, submit_async(api, make_world().envelope_request())["operation_id"], module_worker)
+
+    assert third["status"] == "succeeded"
+    assert Operation.objects.get(operation_id=third["operation_id"]).attempts == 1
+    assert worker_backends().isdisjoint(kept)
