@@ -25,6 +25,7 @@ from rest_framework_simplejwt.backends import TokenBackend
 from rest_framework_simplejwt.tokens import AccessToken
 
 from agp_project import errors
+from agp_project.db import prepared_cursor
 from agp_project.ids import is_valid_id
 from core.ledger import ledger_append
 
@@ -286,7 +287,7 @@ def _client_state(client_id: str) -> tuple[bool, list[str], int] | None:
     A fixed statement through the cursor: the ORM spent more time building this query
     than the database spent answering it, on the path every authenticated request takes.
     """
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_client_state_sql(), [client_id])
         row = cursor.fetchone()
     if row is None:

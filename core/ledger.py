@@ -14,6 +14,7 @@ from django.db.models.functions import Cast
 
 from agp_project import errors
 from agp_project.canonical import bytes_hash, canonical_json
+from agp_project.db import prepared_cursor
 from agp_project.ids import new_id
 from agp_project.timeutil import iso
 
@@ -136,7 +137,7 @@ def _append_in_one_statement(fields: dict[str, str], payload: dict[str, Any], pa
     params = [_event_prefix(recorded_at=iso(recorded), **fields), fields["event_id"], fields["event_type"],
               fields["resource_type"], fields["resource_id"], fields["actor"], payload_text, fields["payload_hash"],
               recorded]
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_PG_APPEND, params)
         row = cursor.fetchone()
         if row is None:

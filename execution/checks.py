@@ -50,6 +50,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agp_project.canonical import content_hash
+from agp_project.db import prepared_cursor
 from decision.models import CommerceSession, Decision, PolicyEvaluation
 from decision.selectors import (
     approvals_standing,
@@ -153,6 +154,9 @@ class CheckReport:
     allowed_parameter_ranges: dict[str, Any] = field(default_factory=dict)
     parameters_hash: str = ""
     skill_id: str | None = None
+    # How the skill executes (the worker needs them; read with the skill, not again).
+    skill_connector: str | None = None
+    skill_endpoint_url: str = ""
     chain_delegation_pks: list[int] = field(default_factory=list)
 
     @property
@@ -329,7 +333,7 @@ class _Statement:
         params = list(self.params)
         for index, name in self.slots:
             params[index] = adapted[name]
-        with connection.cursor() as cursor:
+        with prepared_cursor(connection) as cursor:
             cursor.execute(self.sql, params)
             rows = cursor.fetchall()
         result = {}
@@ -410,7 +414,7 @@ def _state_parts(connection, *, targets: tuple[bool, bool, bool], held: bool) ->
         "skill": Skill.objects.filter(agent_id=a.agent_id, tool_id=a.tool_id, status="active")
         .exclude(_revoked("skill", OuterRef("skill_id")))
         .exclude(_revoked("agent", OuterRef("agent_id")))
-        .order_by("-created_at", "-pk").values("id", "skill_id")[:1],
+        .order_by("-created_at", "-pk").values("id", "skill_id", "connector", "endpoint_url")[:1],
         "decision": Decision.objects.filter(decision_id=a.decision_id)
         .values("id", "decision_id", "task_id", "status", "outcome")[:1],
         "evaluation": PolicyEvaluation.objects.filter(evaluation_id=a.evaluation_id)
@@ -650,6 +654,7 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
         problems.append(f"agent {agent_id!r} has no active skill for tool {inputs.tool_id!r}")
     else:
         report.skill_id = skill.skill_id
+        report.skill_connector, report.skill_endpoint_url = skill.connector, skill.endpoint_url
     if problems:
         results.fail("capability", *problems)
     else:

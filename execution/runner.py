@@ -41,7 +41,6 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append
-from registry.models import Skill
 
 from .budgets import payment_commit, payment_release
 from .checks import envelope_recheck
@@ -146,30 +145,30 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
         _fail_prerequisites(operation=operation, envelope=envelope, failed_checks=report.failed,
                             executor=executor, now=now)
         return "failed"
-    skill = Skill.objects.filter(skill_id=report.skill_id).values("skill_id", "connector", "endpoint_url").first()
+    connector = report.skill_connector  # the skill the checks found, read in the same statement
 
     previous_executor = operation.executor
     if not takeover:
         operation.start()
     operation.attempts += 1
     operation.executor = executor
-    operation.connector = skill["connector"]
+    operation.connector = connector
     operation.started_at = operation.updated_at = now
     # external: no lease; the operation waits for POST /agp/receipts, and no
     # recovery may take it over.
-    external = not connector_for(skill["connector"]).completes
+    external = not connector_for(connector).completes
     operation.lease_expires_at = None if external else now + _lease()
     payload = {"action_id": envelope.action_id, "attempt": operation.attempts, "executor": executor,
-               "connector": skill["connector"], "skill_id": skill["skill_id"]}
+               "connector": connector, "skill_id": report.skill_id}
     if takeover:
         payload["previous_executor"] = previous_executor
     ledger_append(event_type="operation.reclaimed" if takeover else "operation.running",
                   resource_type=OPERATION_RESOURCE, resource_id=operation_id, actor=WORKER_ACTOR, payload=payload)
-    call = Call(operation_id=operation_id, action_id=envelope.action_id, connector=skill["connector"],
-                endpoint_url=skill["endpoint_url"], parameters=dict(envelope.parameters or {}),
-                envelope=envelope_document(envelope) if skill["connector"] == "http" else {})
+    call = Call(operation_id=operation_id, action_id=envelope.action_id, connector=connector,
+                endpoint_url=report.skill_endpoint_url, parameters=dict(envelope.parameters or {}),
+                envelope=envelope_document(envelope) if connector == "http" else {})
     return Claim(operation_id=operation_id, action_id=envelope.action_id, fence=operation.attempts,
-                 connector=skill["connector"], call=call)
+                 connector=connector, call=call)
 
 
 def operation_claim(*, operation_id: str, executor: str) -> Claim | str:

@@ -91,6 +91,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
+    # Django's PostgreSQL backend plus prepared hot statements (agp_project/postgresql/base.py).
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"]["ENGINE"] = "agp_project.postgresql"
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("AGP_DB_CONNECT_TIMEOUT", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -166,7 +169,11 @@ else:
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Messages a worker process reserves ahead of the one it runs: with 1, every task waited for
+# the previous one's acknowledgement and a broker round trip before it could start. Late
+# acknowledgement still holds for reserved messages (a warm shutdown returns them at once;
+# after a kill, the visibility timeout or agp.recover_operations brings them back).
+CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("AGP_WORKER_PREFETCH", 4, minimum=1)
 # Celery's Django fixup closes every database connection before and after each task unless
 # this is set: a new PostgreSQL backend per task (connect, authenticate, cold catalog caches)
 # cost more than the task itself. Connections are kept instead, and recycled like the web
