@@ -40,7 +40,7 @@ from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
-from core.ledger import ledger_append
+from core.ledger import ledger_append, ledger_batch
 
 from .budgets import payment_commit, payment_release
 from .checks import envelope_recheck
@@ -245,7 +245,7 @@ def operation_finish(*, operation_id: str, fence: int | None, status: str, resul
     ``fence``: the claim's token; None for an ``external`` completion (no claim involved).
     Returns None when the claim was superseded (nothing is written).
     """
-    with transaction.atomic():
+    with transaction.atomic(), ledger_batch():
         operation = _operation_locked(operation_id)
         if operation is None or operation.status != OperationStatus.RUNNING or (
                 fence is not None and operation.attempts != fence):
@@ -312,7 +312,9 @@ def operation_execute(*, operation_id: str, executor: str) -> str:
     claimed, executed and recorded in that one transaction; any other is claimed and
     committed first, executed under a lease, and recorded in a second transaction.
     """
-    with transaction.atomic():
+    # ledger_batch: the events of the transaction go in one statement at its end, so the
+    # ledger head is locked for the commit only.
+    with transaction.atomic(), ledger_batch():
         operation = _operation_locked(operation_id)
         claim = _claim_locked(operation=operation, operation_id=operation_id, executor=executor)
         if isinstance(claim, str):

@@ -26,7 +26,7 @@ from agp_project import errors
 from agp_project.ids import new_id
 from agp_project.signing import get_signer, sign_resource
 from agp_project.timeutil import iso
-from core.ledger import ledger_append
+from core.ledger import ledger_append, ledger_batch
 
 from .budgets import BudgetExhausted, payment_reserve
 from .checks import CHECK_NAMES, CheckReport, EnvelopeInputs, envelope_checks
@@ -174,7 +174,7 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
     now = timezone.now()
     transact = report.action_class == "transact"
     try:
-        with transaction.atomic():
+        with transaction.atomic(), ledger_batch():
             envelope = _envelope(inputs=inputs, report=report, actor=actor, now=now,
                                  payment_ref=new_id("pay") if transact else "")
             envelope.save(force_insert=True)

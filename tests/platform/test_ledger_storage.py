@@ -17,6 +17,7 @@ from core.ledger import (
     canonical_event,
     chain_hash,
     ledger_append,
+    ledger_batch,
     ledger_verify,
     payload_text_hash,
     verify_in_database,
@@ -213,3 +214,67 @@ def test_migration_0002_rewrites_each_payload_as_its_canonical_text_and_back():
     finally:
         _migrate(AFTER)
     assert ledger_verify().verified
+
+
+@pytest.mark.django_db
+class TestBatch:
+    """``ledger_batch``: the block's events are written at its end, in order, in one statement."""
+
+    @staticmethod
+    def queue(n, **overrides):
+        for i in range(n):
+            assert ledger_append(**{"event_type": "batch.appended", "resource_type": "task", "resource_id": f"r{i}",
+                                    "actor": AWKWARD[i % len(AWKWARD)] or "a", "payload": AWKWARD_PAYLOADS[i % 4],
+                                    **overrides}) is None
+
+    def test_queued_events_are_chained_in_call_order_and_verify_on_both_paths(self, django_assert_num_queries):
+        with transaction.atomic():
+            ledger_append(event_type="t", resource_type="t", resource_id="t", actor="a")  # the head exists
+            # The count, then one statement for the five events (SQLite: three per event).
+            with django_assert_num_queries(2 if connection.vendor == "postgresql" else 16):
+                with ledger_batch():
+                    self.queue(5)
+                    assert LedgerEvent.objects.count() == 1  # nothing written yet
+        events = list(LedgerEvent.objects.order_by("sequence"))
+        assert [e.sequence for e in events] == [1, 2, 3, 4, 5, 6]
+        assert [e.resource_id for e in events[1:]] == ["r0", "r1", "r2", "r3", "r4"]
+        assert [e.payload for e in events[1:]] == [AWKWARD_PAYLOADS[i % 4] for i in range(5)]
+        assert all(e.prev_hash == p.hash for p, e in zip(events, events[1:]))
+        assert LedgerHead.objects.values_list("sequence", "hash").get() == (6, events[-1].hash)
+        assert verify_in_python().verified
+        if connection.vendor == "postgresql":
+            assert verify_in_database().as_dict() == verify_in_python().as_dict()
+
+    def test_an_error_in_the_block_writes_nothing(self):
+        with pytest.raises(ValueError), transaction.atomic(), ledger_batch():
+            self.queue(3)
+            raise ValueError("the change failed")
+        assert LedgerEvent.objects.count() == 0
+        with transaction.atomic(), ledger_batch():
+            self.queue(2)
+        assert list(LedgerEvent.objects.values_list("sequence", flat=True).order_by("sequence")) == [1, 2]
+        assert ledger_verify().verified
+
+    def test_a_nested_batch_joins_the_outer_one(self):
+        with transaction.atomic(), ledger_batch():
+            self.queue(1)
+            with ledger_batch():
+                self.queue(2, event_type="batch.inner")
+            assert LedgerEvent.objects.count() == 0
+        assert list(LedgerEvent.objects.order_by("sequence").values_list("event_type", flat=True)) == [
+            "batch.appended", "batch.inner", "batch.inner"]
+
+    def test_a_missing_head_is_recreated_at_the_tip(self):
+        with transaction.atomic():
+            ledger_append(event_type="t", resource_type="t", resource_id="t", actor="a")
+        LedgerHead.objects.all().delete()
+        with transaction.atomic(), ledger_batch():
+            self.queue(2)
+        assert LedgerHead.objects.values_list("sequence", flat=True).get() == 3
+        assert ledger_verify().verified
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_needs_a_transaction():
+    with pytest.raises(RuntimeError, match="inside the transaction"), ledger_batch():
+        pass
