@@ -7,7 +7,8 @@
    of depth 6, 20 policy sets with real Rego, a world in which an envelope passes all
    ten checks.
 3. Starts the service as production runs it: gunicorn (gthread, ``--web-workers`` x
-   ``--web-threads``) and one Celery worker (concurrency 1) with beat, on loopback.
+   ``--web-threads``) and one Celery worker (``--worker-concurrency`` processes, one per core
+   by default, as Celery itself defaults) with beat, on loopback.
 4. Drives each scenario from a separate load-generator process (``bench/load.py``),
    bounded in requests and seconds, after a warm-up, and prints one table; the figures
    also go to ``--out`` as JSON.
@@ -88,8 +89,10 @@ def memory(pid: int) -> tuple[float, float]:
 class Stack:
     """gunicorn + one Celery worker, started like scripts/serve starts them."""
 
-    def __init__(self, env: dict, port: int, web_workers: int, web_threads: int, var_dir: Path):
+    def __init__(self, env: dict, port: int, web_workers: int, web_threads: int, var_dir: Path,
+                 worker_concurrency: int = 1):
         self.env, self.port, self.var_dir = env, port, var_dir
+        self.worker_concurrency = worker_concurrency
         self.web = subprocess.Popen(
             [str(Path(PYTHON).parent / "gunicorn"), "agp_project.wsgi:application", "--bind", f"127.0.0.1:{port}",
              "--workers", str(web_workers), "--worker-class", "gthread", "--threads", str(web_threads),
@@ -110,7 +113,8 @@ class Stack:
 
     def worker_start(self) -> None:
         self.worker = subprocess.Popen(
-            [str(Path(PYTHON).parent / "celery"), "-A", "agp_project", "worker", "-B", "--concurrency", "1",
+            [str(Path(PYTHON).parent / "celery"), "-A", "agp_project", "worker", "-B",
+             "--concurrency", str(self.worker_concurrency),
              "--schedule", str(self.var_dir / "celerybeat-schedule"), "--loglevel", "WARNING",
              "--logfile", str(self.var_dir / "worker.log")], env=self.env, cwd=ROOT)
 
@@ -188,6 +192,9 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument("--web-threads", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=8, help="client connections for saturation runs")
+    parser.add_argument("--worker-concurrency", type=int, default=os.cpu_count() or 1,
+                        help="processes of the one Celery worker: one per core, Celery's own default "
+                             "(scripts/serve: AGP_WORKER_CONCURRENCY)")
     parser.add_argument("--requests", type=int, default=4000, help="requests per scenario (at most)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per scenario (at most)")
     parser.add_argument("--envelopes", type=int, default=2000, help="envelopes submitted in scenario (d)")
@@ -216,7 +223,7 @@ def main() -> None:
     log(f"seeded in {seed['seconds']} s")
 
     results: dict[str, dict] = {}
-    stack = Stack(env, args.port, args.web_workers, args.web_threads, var_dir)
+    stack = Stack(env, args.port, args.web_workers, args.web_threads, var_dir, args.worker_concurrency)
     try:
         token = stack.token()
 
