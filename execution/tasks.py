@@ -7,12 +7,13 @@ the repeat harmless. Expected domain errors are logged, never retried; a databas
 briefly away is retried with backoff.
 """
 
+import gc
 import logging
 import os
 import socket
 
 from celery import shared_task
-from celery.signals import task_postrun, task_prerun, worker_ready
+from celery.signals import task_postrun, task_prerun, worker_process_init, worker_ready
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from agp_project.errors import AGPError
@@ -65,6 +66,13 @@ def recover_operations() -> int:
     """Re-enqueue pending operations whose message was lost, running ones whose worker died,
     and callback deliveries whose retry message was lost."""
     return operations_recover() + callbacks_recover()
+
+
+@worker_process_init.connect
+def _freeze_start_up_objects(**kwargs):
+    # As agp_project/wsgi.py does for web workers: a full collection walks only what tasks created.
+    gc.collect()
+    gc.freeze()
 
 
 @task_prerun.connect
