@@ -123,6 +123,9 @@ def _operation_locked(operation_id: str) -> Operation | None:
     claim when the lock is released.
     """
     return (Operation.objects.select_related("envelope").select_for_update(of=("self",))
+            # Read only by the http connector's envelope document (loaded then, on access).
+            .defer("envelope__checks", "envelope__governance_attestations", "envelope__signature",
+                   "envelope__allowed_parameter_ranges")
             .filter(operation_id=operation_id).first())
 
 
