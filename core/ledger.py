@@ -103,6 +103,30 @@ def ledger_append(*, event_type: str, resource_type: str, resource_id: str, acto
                    payload=payload, payload_json=canonical_json(payload), event_id=event_id)
 
 
+def ledger_record(*, event_type: str, resource_type: str, resource_id: str, actor: str,
+                  payload: dict[str, Any] | None = None) -> None:
+    """Append one event in a transaction of its own (a validation, a refusal).
+
+    On PostgreSQL an append is one statement, atomic by itself: outside a transaction it
+    runs in autocommit, one round trip instead of three (``BEGIN``, the append,
+    ``COMMIT``). Inside a transaction, or on SQLite, it is ``ledger_append`` in one.
+    """
+    payload = payload or {}
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        recorded = datetime.now(UTC)
+        payload_json = canonical_json(payload)
+        fields = {"event_id": new_id("evt"), "event_type": event_type, "resource_type": resource_type,
+                  "resource_id": resource_id, "actor": actor, "payload_hash": bytes_hash(payload_json)}
+        with prepared_cursor() as cursor:
+            cursor.execute(_PG_APPEND, _append_params(fields, payload_json.decode("utf-8"), recorded))
+            if cursor.fetchone() is not None:
+                return
+        # No head row (a flushed database): recreating it needs a transaction.
+    with transaction.atomic():
+        ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
+                      payload=payload)
+
+
 _BATCH_ATTR = "_agp_ledger_batch"
 
 
@@ -231,11 +255,16 @@ def _append(*, event_type: str, resource_type: str, resource_id: str, actor: str
     return event
 
 
+def _append_params(fields: dict[str, str], payload_text: str, recorded: datetime) -> list:
+    """``_PG_APPEND``'s parameters."""
+    return [_event_prefix(recorded_at=iso(recorded), **fields), fields["event_id"], fields["event_type"],
+            fields["resource_type"], fields["resource_id"], fields["actor"], payload_text, fields["payload_hash"],
+            recorded]
+
+
 def _append_in_one_statement(fields: dict[str, str], payload: dict[str, Any], payload_text: str,
                              recorded: datetime) -> LedgerEvent:
-    params = [_event_prefix(recorded_at=iso(recorded), **fields), fields["event_id"], fields["event_type"],
-              fields["resource_type"], fields["resource_id"], fields["actor"], payload_text, fields["payload_hash"],
-              recorded]
+    params = _append_params(fields, payload_text, recorded)
     with prepared_cursor() as cursor:
         cursor.execute(_PG_APPEND, params)
         row = cursor.fetchone()

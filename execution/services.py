@@ -19,14 +19,15 @@ from datetime import datetime
 from typing import NoReturn
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from agp_project import errors
+from agp_project.db import prepared_cursor
 from agp_project.ids import new_id
 from agp_project.signing import get_signer, sign_resource
 from agp_project.timeutil import iso
-from core.ledger import ledger_append, ledger_batch
+from core.ledger import ledger_append, ledger_batch, ledger_record
 
 from .budgets import BudgetExhausted, payment_reserve
 from .checks import CHECK_NAMES, CheckReport, EnvelopeInputs, envelope_checks
@@ -57,9 +58,19 @@ def envelope_inputs(*, validated: dict) -> EnvelopeInputs:
         parameters=validated.get("parameters") or {}, callback_url=validated.get("callback_url") or "")
 
 
+@functools.cache
+def _envelope_exists_sql() -> str:
+    quote = connection.ops.quote_name
+    return f"SELECT 1 FROM {quote(ActionEnvelope._meta.db_table)} WHERE {quote('action_id')} = %s LIMIT 1"
+
+
 def _ensure_new(action_id: str) -> None:
-    if ActionEnvelope.objects.filter(action_id=action_id).exists():
-        raise errors.duplicate_id("action envelope", "action_id", action_id)
+    # A fixed, prepared statement: on every submission, the ORM's exists() cost more to
+    # build than to answer.
+    with prepared_cursor() as cursor:
+        cursor.execute(_envelope_exists_sql(), [action_id])
+        if cursor.fetchone() is not None:
+            raise errors.duplicate_id("action envelope", "action_id", action_id)
 
 
 def _ledger_payload(inputs: EnvelopeInputs, report: CheckReport, **extra) -> dict:
@@ -70,9 +81,8 @@ def _ledger_payload(inputs: EnvelopeInputs, report: CheckReport, **extra) -> dic
 
 def envelope_reject(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, mode: str) -> NoReturn:
     """Record the refusal (committed), then raise 422 listing every failed check."""
-    with transaction.atomic():
-        ledger_append(event_type="envelope.rejected", resource_type="ActionEnvelope", resource_id=inputs.action_id,
-                      actor=actor, payload=_ledger_payload(inputs, report, mode=mode, failed_checks=report.failed))
+    ledger_record(event_type="envelope.rejected", resource_type="ActionEnvelope", resource_id=inputs.action_id,
+                  actor=actor, payload=_ledger_payload(inputs, report, mode=mode, failed_checks=report.failed))
     names = ", ".join(item["check"] for item in report.failed)
     raise errors.PrerequisiteFailed(f"Governance prerequisites failed: {names}.",
                                     details={"action_id": inputs.action_id, "failed_checks": report.failed})
@@ -119,12 +129,11 @@ def envelope_validate(*, inputs: EnvelopeInputs, actor: str) -> ActionEnvelope:
     if not report.passed:
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_VALIDATE)
     envelope = _envelope(inputs=inputs, report=report, actor=actor, now=timezone.now())
-    with transaction.atomic():
-        ledger_append(event_type="envelope.validated", resource_type="ActionEnvelope", resource_id=inputs.action_id,
-                      actor=actor, payload=_ledger_payload(
-                          inputs, report, approval_ref=report.approval_ref,
-                          commerce_session_ref=report.commerce_session_ref, delegation_ref=report.delegation_ref,
-                          signature_payload_hash=envelope.signature["payload_hash"]))
+    ledger_record(event_type="envelope.validated", resource_type="ActionEnvelope", resource_id=inputs.action_id,
+                  actor=actor, payload=_ledger_payload(
+                      inputs, report, approval_ref=report.approval_ref,
+                      commerce_session_ref=report.commerce_session_ref, delegation_ref=report.delegation_ref,
+                      signature_payload_hash=envelope.signature["payload_hash"]))
     return envelope
 
 

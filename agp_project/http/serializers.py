@@ -1,5 +1,6 @@
 """Strict request parsing (CONTRACT C1): unknown and read-only fields are a 400."""
 
+import copy
 from datetime import datetime
 
 from rest_framework import serializers
@@ -15,6 +16,19 @@ class StrictSerializer(serializers.Serializer):
     """
 
     type_name: str | None = None
+
+    def get_fields(self):
+        """The declared fields; when parsing a request, response-only ones as plain placeholders.
+
+        DRF deep-copies every declared field (nested serializers included) for each
+        instance. A request never reads the response-only fields, it only has to refuse
+        them, so parsing instances get a ``ReadOnlyField`` in their place: the same refusal,
+        without copying them. Instances that render or describe the schema are unchanged.
+        """
+        if not hasattr(self, "initial_data"):
+            return super().get_fields()
+        return {name: serializers.ReadOnlyField() if field.read_only else copy.deepcopy(field)
+                for name, field in self._declared_fields.items()}
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):

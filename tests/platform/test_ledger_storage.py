@@ -18,6 +18,7 @@ from core.ledger import (
     chain_hash,
     ledger_append,
     ledger_batch,
+    ledger_record,
     ledger_verify,
     payload_text_hash,
     verify_in_database,
@@ -278,3 +279,33 @@ class TestBatch:
 def test_a_batch_needs_a_transaction():
     with pytest.raises(RuntimeError, match="inside the transaction"), ledger_batch():
         pass
+
+
+@pytest.mark.django_db(transaction=True)
+class TestRecord:
+    """``ledger_record``: one event in a transaction of its own."""
+
+    def test_it_is_one_statement_in_autocommit_on_postgresql(self, django_assert_num_queries):
+        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")  # the head exists
+        # SQLite: its own transaction (BEGIN, COMMIT) around the ORM path (lock the head,
+        # insert, move the head).
+        with django_assert_num_queries(1 if connection.vendor == "postgresql" else 5):
+            ledger_record(event_type="validated", resource_type="task", resource_id="r", actor=AWKWARD[0],
+                          payload=AWKWARD_PAYLOADS[0])
+        event = LedgerEvent.objects.get(sequence=2)
+        assert (event.event_type, event.actor, event.payload) == ("validated", AWKWARD[0], AWKWARD_PAYLOADS[0])
+        assert ledger_verify().as_dict() == verify_in_python().as_dict()
+        assert ledger_verify().verified
+
+    def test_it_recreates_a_missing_head_at_the_tip(self):
+        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
+        LedgerHead.objects.all().delete()
+        ledger_record(event_type="t", resource_type="t", resource_id="u", actor="a")
+        assert LedgerHead.objects.values_list("sequence", flat=True).get() == 2
+        assert ledger_verify().verified
+
+    def test_inside_a_transaction_it_rolls_back_with_it(self):
+        with pytest.raises(ValueError), transaction.atomic():
+            ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
+            raise ValueError("the change failed")
+        assert LedgerEvent.objects.count() == 0
