@@ -37,6 +37,7 @@ The same function serves three callers:
 """
 
 from collections.abc import Callable
+import contextlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -438,12 +439,10 @@ def _state_parts(connection, *, targets: tuple[bool, bool, bool], held: bool) ->
     parts = {name: _compiled(queryset, connection) for name, queryset in querysets.items()}
     task_id, decision_id, action_id = (value if given else None for value, given in
                                        zip((a.task_id, a.decision_id, a.action_id), targets))
-    try:
+    with contextlib.suppress(EmptyResultSet):  # nothing named: no escalation can block
         parts["escalations"] = _compiled(
             escalations_blocking(task_id=task_id, decision_id=decision_id, action_id=action_id)
             .values("id", "escalation_id", "status")[:5], connection, many=True)
-    except EmptyResultSet:  # nothing named: no escalation can block
-        pass
     # Check 2's candidates: the agent's active, unexpired delegations for the root principal,
     # the one the capability was issued under first, then newest by server order (as C5
     # parent discovery), not by the client-settable accepted_at.

@@ -278,7 +278,7 @@ class TestBatch:
 @pytest.mark.django_db(transaction=True)
 def test_a_batch_needs_a_transaction():
     with pytest.raises(RuntimeError, match="inside the transaction"), ledger_batch():
-        pass
+        pytest.fail("the block ran outside a transaction")
 
 
 @pytest.mark.django_db(transaction=True)
