@@ -96,11 +96,11 @@ def ledger_append(*, event_type: str, resource_type: str, resource_id: str, acto
     payload = payload or {}
     batch = getattr(connection, _BATCH_ATTR, None)
     if batch is not None:
-        batch.append({"event_type": event_type, "resource_type": resource_type, "resource_id": resource_id,
-                      "actor": actor, "payload": payload, "event_id": event_id})
+        batch.append(_Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
+                               actor=actor, payload=payload, event_id=event_id))
         return None
-    return _append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
-                   payload=payload, payload_json=canonical_json(payload), event_id=event_id)
+    return _append(_Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
+                             actor=actor, payload=payload, event_id=event_id))
 
 
 def ledger_record(*, event_type: str, resource_type: str, resource_id: str, actor: str,
@@ -113,14 +113,10 @@ def ledger_record(*, event_type: str, resource_type: str, resource_id: str, acto
     """
     payload = payload or {}
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        recorded = datetime.now(UTC)
-        payload_json = canonical_json(payload)
-        fields = {"event_id": new_id("evt"), "event_type": event_type, "resource_type": resource_type,
-                  "resource_id": resource_id, "actor": actor, "payload_hash": bytes_hash(payload_json)}
-        with prepared_cursor() as cursor:
-            cursor.execute(_PG_APPEND, _append_params(fields, payload_json.decode("utf-8"), recorded))
-            if cursor.fetchone() is not None:
-                return
+        event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
+                          actor=actor, payload=payload)
+        if _pg_append([event]):
+            return
         # No head row (a flushed database): recreating it needs a transaction.
     with transaction.atomic():
         ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
@@ -148,45 +144,50 @@ def ledger_batch():
     if getattr(connection, _BATCH_ATTR, None) is not None:
         yield
         return
-    queued: list[dict[str, Any]] = []
+    queued: list[_Event] = []
     setattr(connection, _BATCH_ATTR, queued)
     try:
         yield
     finally:
         setattr(connection, _BATCH_ATTR, None)
-    if not queued:
+    if connection.vendor == "postgresql":
+        if queued:
+            _pg_append_locked(queued)
         return
-    if connection.vendor == "postgresql" and len(queued) > 1:
-        _append_many(queued)
-        return
-    for item in queued:
-        _append(**item, payload_json=canonical_json(item["payload"]))
+    for event in queued:
+        _append(event)
 
 
-# One statement on PostgreSQL: lock the head, move it to the next sequence and the hash of
-# the new event, insert the event. The database finishes the canonical event from the
-# prefix (``canonical_event`` is prefix + sequence + "}") and hashes it as ``chain_hash``
-# does. The locking subquery is what queues concurrent writers: once it has waited, it
-# returns the head the previous writer committed, and the update builds on that row.
+@dataclass(frozen=True)
+class _Event:
+    """An event ready to chain: every member but the sequence and the hashes."""
+
+    fields: dict[str, str]  # event_id, event_type, resource_type, resource_id, actor, payload_hash
+    payload: dict[str, Any]
+    payload_text: str  # the canonical JSON that payload_hash covers
+    recorded: datetime
+
+    @classmethod
+    def of(cls, *, event_type: str, resource_type: str, resource_id: str, actor: str, payload: dict[str, Any],
+           event_id: str | None = None, payload_json: bytes | None = None) -> "_Event":
+        payload_json = canonical_json(payload) if payload_json is None else payload_json
+        fields = {"event_id": event_id or new_id("evt"), "event_type": event_type, "resource_type": resource_type,
+                  "resource_id": resource_id, "actor": actor, "payload_hash": bytes_hash(payload_json)}
+        return cls(fields=fields, payload=payload, payload_text=payload_json.decode("utf-8"),
+                   recorded=datetime.now(UTC))
+
+    @property
+    def prefix(self) -> str:
+        return _event_prefix(recorded_at=iso(self.recorded), **self.fields)
+
+
+# Appends on PostgreSQL, one statement for any number of events: lock the head, chain the
+# events from it (the recursive part; the database finishes each canonical event from its
+# prefix, ``canonical_event`` being prefix + sequence + "}", and hashes it as ``chain_hash``
+# does), move the head to the last, insert them. The locking subquery is what queues
+# concurrent writers: once it has waited, it returns the head the previous writer committed.
+# The arrays are the events' columns, in order. No head row: no event is inserted.
 _PG_APPEND = f"""
-WITH moved AS (
-    UPDATE "{_HEAD}" AS head
-       SET sequence = locked.sequence + 1,
-           hash = encode(sha256(convert_to(locked.hash || %s || (locked.sequence + 1) || '}}', 'UTF8')), 'hex')
-      FROM (SELECT id, sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE) AS locked
-     WHERE head.id = locked.id
- RETURNING head.sequence, head.hash, locked.hash AS prev_hash)
-INSERT INTO "{_EVENTS}" (sequence, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
-                         prev_hash, hash, recorded_at)
-SELECT sequence, %s, %s, %s, %s, %s, %s, %s, prev_hash, hash, %s FROM moved
-RETURNING sequence, prev_hash, hash
-"""
-
-
-# Several events in one statement on PostgreSQL (``ledger_batch``): the recursive part
-# chains them from the locked head, each hashed as ``_PG_APPEND`` hashes one; the head moves
-# to the last. The arrays are the events' columns, in order.
-_PG_APPEND_MANY = f"""
 WITH RECURSIVE
 locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE),
 input AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
@@ -210,75 +211,48 @@ SELECT c.sequence, i.event_id, i.event_type, i.resource_type, i.resource_id, i.a
        c.prev_hash, c.hash, i.recorded_at
   FROM chain AS c JOIN input AS i ON i.n = c.n
  WHERE EXISTS (SELECT 1 FROM moved)
-RETURNING sequence
+RETURNING sequence, prev_hash, hash
 """
 
 
-def _append_many(queued: list[dict[str, Any]]) -> None:
-    columns: list[list[Any]] = [[] for _ in range(9)]
-    for item in queued:
-        payload_json = canonical_json(item["payload"])
-        recorded = datetime.now(UTC)
-        fields = {"event_id": item["event_id"] or new_id("evt"), "event_type": item["event_type"],
-                  "resource_type": item["resource_type"], "resource_id": item["resource_id"],
-                  "actor": item["actor"], "payload_hash": bytes_hash(payload_json)}
-        values = (_event_prefix(recorded_at=iso(recorded), **fields), fields["event_id"], fields["event_type"],
-                  fields["resource_type"], fields["resource_id"], fields["actor"], payload_json.decode("utf-8"),
-                  fields["payload_hash"], recorded)
-        for column, value in zip(columns, values, strict=True):
-            column.append(value)
+def _pg_append(events: list[_Event]) -> list[tuple[int, str, str]]:
+    """Append ``events`` in one statement: their (sequence, prev_hash, hash), none without a head row."""
+    rows = [(e.prefix, e.fields["event_id"], e.fields["event_type"], e.fields["resource_type"],
+             e.fields["resource_id"], e.fields["actor"], e.payload_text, e.fields["payload_hash"], e.recorded)
+            for e in events]
     with prepared_cursor() as cursor:
-        cursor.execute(_PG_APPEND_MANY, columns)
-        if len(cursor.fetchall()) != len(queued):
-            # No head row (a flushed database): recreate it at the tip, locked, and go again.
-            _locked_head()
-            cursor.execute(_PG_APPEND_MANY, columns)
-            if len(cursor.fetchall()) != len(queued):
-                raise RuntimeError("the ledger head could not be locked")
+        cursor.execute(_PG_APPEND, [list(column) for column in zip(*rows, strict=True)])
+        return sorted(cursor.fetchall())  # in sequence order, which is the events' order
 
 
-def _append(*, event_type: str, resource_type: str, resource_id: str, actor: str, payload: dict[str, Any],
-            payload_json: bytes, event_id: str | None) -> LedgerEvent:
-    recorded = datetime.now(UTC)
-    event_id = event_id or new_id("evt")
-    payload_hash = bytes_hash(payload_json)
-    fields = {"event_id": event_id, "event_type": event_type, "resource_type": resource_type,
-              "resource_id": resource_id, "actor": actor, "payload_hash": payload_hash}
+def _pg_append_locked(events: list[_Event]) -> list[tuple[int, str, str]]:
+    """``_pg_append`` in a transaction, recreating a missing head row (a flushed database) first."""
+    rows = _pg_append(events)
+    if not rows:
+        _locked_head()
+        rows = _pg_append(events)
+    if len(rows) != len(events):
+        raise RuntimeError("the ledger head could not be locked")
+    return rows
+
+
+def _append(event: _Event) -> LedgerEvent:
+    """One event, in the caller's transaction: one statement on PostgreSQL, the ORM elsewhere."""
     if connection.vendor == "postgresql":
-        return _append_in_one_statement(fields, payload, payload_json.decode("utf-8"), recorded)
+        [(sequence, prev_hash, event_hash)] = _pg_append_locked([event])
+        stored = LedgerEvent(sequence=sequence, payload=event.payload, prev_hash=prev_hash, hash=event_hash,
+                             recorded_at=event.recorded, **event.fields)
+        stored._state.adding = False
+        stored._state.db = connection.alias
+        return stored
     head = _locked_head()
     sequence = head.sequence + 1
-    event_hash = chain_hash(head.hash, canonical_event(sequence=sequence, recorded_at=iso(recorded), **fields))
-    event = LedgerEvent.objects.create(sequence=sequence, payload=payload, prev_hash=head.hash, hash=event_hash,
-                                       recorded_at=recorded, **fields)
+    event_hash = chain_hash(head.hash, canonical_event(sequence=sequence, recorded_at=iso(event.recorded),
+                                                       **event.fields))
+    stored = LedgerEvent.objects.create(sequence=sequence, payload=event.payload, prev_hash=head.hash,
+                                        hash=event_hash, recorded_at=event.recorded, **event.fields)
     LedgerHead.objects.filter(pk=1).update(sequence=sequence, hash=event_hash)
-    return event
-
-
-def _append_params(fields: dict[str, str], payload_text: str, recorded: datetime) -> list:
-    """``_PG_APPEND``'s parameters."""
-    return [_event_prefix(recorded_at=iso(recorded), **fields), fields["event_id"], fields["event_type"],
-            fields["resource_type"], fields["resource_id"], fields["actor"], payload_text, fields["payload_hash"],
-            recorded]
-
-
-def _append_in_one_statement(fields: dict[str, str], payload: dict[str, Any], payload_text: str,
-                             recorded: datetime) -> LedgerEvent:
-    params = _append_params(fields, payload_text, recorded)
-    with prepared_cursor() as cursor:
-        cursor.execute(_PG_APPEND, params)
-        row = cursor.fetchone()
-        if row is None:
-            # No head row (a flushed database): recreate it at the tip, locked, and go again.
-            _locked_head()
-            cursor.execute(_PG_APPEND, params)
-            row = cursor.fetchone()
-    sequence, prev_hash, event_hash = row
-    event = LedgerEvent(sequence=sequence, payload=payload, prev_hash=prev_hash, hash=event_hash,
-                        recorded_at=recorded, **fields)
-    event._state.adding = False
-    event._state.db = connection.alias
-    return event
+    return stored
 
 
 @dataclass
@@ -459,8 +433,8 @@ def ledger_append_client_event(*, event_type: str, resource_type: str, resource_
         raise errors.duplicate_id("ledger event", "event_id", event_id)
     try:
         with transaction.atomic():
-            return _append(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                           actor=actor, payload=payload, payload_json=payload_json, event_id=event_id)
+            return _append(_Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
+                                     actor=actor, payload=payload, event_id=event_id, payload_json=payload_json))
     except IntegrityError:
         if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
             raise errors.duplicate_id("ledger event", "event_id", event_id) from None
