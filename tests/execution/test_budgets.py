@@ -1,10 +1,8 @@
 """Atomic budgets (CONTRACT C8): reserve on acceptance, commit or release later, never overspend."""
 
-import threading
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from agp_project import errors
@@ -15,6 +13,7 @@ from execution.budgets import payment_commit, payment_release
 from execution.checks import envelope_recheck
 from execution.models import ActionEnvelope, Operation, Payment
 from execution.services import envelope_accept, envelope_inputs
+from tests.concurrency import run_together
 from tests.execution.factories import make_delegation, make_full_world
 
 URL = "/agp/action-envelopes"
@@ -120,29 +119,19 @@ def test_it_refuses_amounts_beyond_what_is_left(api):
 # --- concurrency (PostgreSQL, real threads, real transactions) ---------------------------------------------
 def _race(inputs_list, actor="racer"):
     """Submit every envelope from its own thread at once; return the outcomes."""
-    barrier = threading.Barrier(len(inputs_list))
-    outcomes = [None] * len(inputs_list)
 
-    def run(index, inputs):
+    def accept(inputs):
         try:
-            barrier.wait()
             envelope_accept(inputs=inputs, actor=actor)
-            outcomes[index] = "accepted"
+            return "accepted"
         except errors.PrerequisiteFailed as exc:
-            outcomes[index] = [item["check"] for item in exc.details["failed_checks"]]
+            return [item["check"] for item in exc.details["failed_checks"]]
         except errors.Conflict:
-            outcomes[index] = "conflict"
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
-            outcomes[index] = repr(exc)
-        finally:
-            connection.close()
+            return "conflict"
 
-    threads = [threading.Thread(target=run, args=(i, inputs)) for i, inputs in enumerate(inputs_list)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return outcomes
+    outcomes = run_together([lambda inputs=inputs: accept(inputs) for inputs in inputs_list], timeout=60)
+    # Anything else a submission raised is reported by the assertions, as its repr.
+    return [repr(outcome) if isinstance(outcome, Exception) else outcome for outcome in outcomes]
 
 
 def _inputs(world, **overrides):

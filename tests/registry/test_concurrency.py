@@ -1,14 +1,13 @@
 """Races that only PostgreSQL can run for real (row locks, concurrent transactions)."""
 
-import threading
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
 from core.ledger import ledger_verify
 from core.models import LedgerEvent, LedgerHead
 from registry.models import Delegation, PolicySet
+from tests.concurrency import run_together
 from tests.registry import factories as f
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -20,26 +19,6 @@ def ledger_head():
     LedgerHead.objects.get_or_create(pk=1)
 
 
-def run_together(*calls):
-    """Run the calls in threads released at the same instant; return their results in order."""
-    barrier = threading.Barrier(len(calls))
-    results = [None] * len(calls)
-
-    def worker(index, call):
-        try:
-            barrier.wait()
-            results[index] = call()
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(i, call)) for i, call in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return results
-
-
 def test_it_lets_exactly_one_of_two_concurrent_patches_deprecate():
     for _ in range(5):
         policy_set = f.policy_set()
@@ -48,7 +27,7 @@ def test_it_lets_exactly_one_of_two_concurrent_patches_deprecate():
         def patch():
             return APIClient().patch(url, {"status": "deprecated"}, format="json")
 
-        responses = run_together(patch, patch)
+        responses = run_together([patch, patch])
 
         assert sorted(r.status_code for r in responses) == [200, 409]
         refused = next(r for r in responses if r.status_code == 409).json()["error"]
@@ -74,7 +53,7 @@ def test_it_lets_no_child_escape_a_concurrent_revocation_of_its_ancestor():
         def revoke_middle():
             return f.revoke("delegation", links[1].delegation_id)
 
-        run_together(*[create_child] * 6, revoke_middle)
+        run_together([*[create_child] * 6, revoke_middle])
 
         below = Delegation.objects.filter(path__startswith=links[1].path)
         assert below.count() >= 3
@@ -93,6 +72,6 @@ def test_it_lets_no_delegation_to_an_agent_escape_its_concurrent_revocation():
             except Exception as exc:  # noqa: BLE001 - the refusal is an expected outcome
                 return exc
 
-        run_together(delegate, lambda: f.revoke("agent", target))
+        run_together([delegate, lambda: f.revoke("agent", target)])
 
         assert not Delegation.objects.filter(delegate_agent=target, status="active").exists()

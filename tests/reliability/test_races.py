@@ -9,7 +9,6 @@ service layer) are in tests/registry/test_concurrency.py, tests/execution/test_b
 and tests/platform/test_idempotency.py (fifty parallel requests with one Idempotency-Key).
 """
 
-import threading
 from decimal import Decimal
 
 import pytest
@@ -23,6 +22,7 @@ from decision.models import CommerceSession
 from execution.models import Operation, Payment, Receipt
 from registry.models import Delegation, PolicySet
 from tests.agp_client.server import LiveServer, database_url
+from tests.concurrency import run_together
 from tests.conftest import AUTH_SECRET
 from tests.execution.factories import make_full_world
 from tests.execution.worker import module_worker, test_broker, wait_for  # noqa: F401
@@ -64,26 +64,6 @@ def clients(transactional_db, make_token, race_server):
         session.close()
 
 
-def race(calls):
-    """Run the calls in threads released together; return their responses in order."""
-    barrier = threading.Barrier(len(calls))
-    results = [None] * len(calls)
-
-    def run(index, call):
-        barrier.wait()
-        try:
-            results[index] = call()
-        except Exception as exc:  # noqa: BLE001 - reported by the caller's assertions
-            results[index] = exc
-
-    threads = [threading.Thread(target=run, args=(i, call)) for i, call in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return results
-
-
 def statuses(responses) -> list[int]:
     assert all(isinstance(r, requests.Response) for r in responses), responses
     assert all(r.status_code < 500 for r in responses), [(r.status_code, r.text) for r in responses]
@@ -94,7 +74,7 @@ def test_it_leaves_one_winner_when_many_clients_race_on_one_policy_set_transitio
     for _ in range(3):
         policy_set = f.policy_set()
         url = f"{race_server.url}/agp/policy-sets/{policy_set.policy_set_id}"
-        responses = race([lambda s=s: s.patch(url, json={"status": "deprecated"}, timeout=60) for s in clients])
+        responses = run_together([lambda s=s: s.patch(url, json={"status": "deprecated"}, timeout=60) for s in clients])
 
         assert statuses(responses) == [200] + [409] * (CLIENTS - 1)
         assert {r.json()["error"]["code"] for r in responses if r.status_code == 409} == {"AGP_INVALID_TRANSITION"}
@@ -118,7 +98,7 @@ def test_it_leaves_nothing_active_under_a_parent_revoked_while_many_clients_dele
             return session.post(f"{race_server.url}/agp/revocations", timeout=60, json={
                 "target_type": "delegation", "target_id": parent.delegation_id, "reason": "race"})
 
-        responses = race([lambda s=s: delegate(s) for s in clients[:-1]] + [lambda: revoke(clients[-1])])
+        responses = run_together([lambda s=s: delegate(s) for s in clients[:-1]] + [lambda: revoke(clients[-1])])
 
         codes = statuses(responses)
         assert responses[-1].status_code == 201, responses[-1].text
@@ -138,7 +118,7 @@ def test_it_never_spends_past_a_session_limit_when_many_clients_race_on_it(race_
     world = make_full_world()  # session limit 200; each action pays 50
     url = f"{race_server.url}/agp/action-envelopes"
     bodies = [world.envelope_request() for _ in clients]
-    responses = race([lambda s=s, b=b: s.post(url, json=b, headers={"Prefer": "respond-async"}, timeout=60)
+    responses = run_together([lambda s=s, b=b: s.post(url, json=b, headers={"Prefer": "respond-async"}, timeout=60)
                       for s, b in zip(clients, bodies)])
 
     codes = statuses(responses)
