@@ -51,7 +51,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agp_project.canonical import content_hash
-from agp_project.db import prepared_cursor
+from agp_project.db import convert_row, prepared_cursor
 from decision.models import CommerceSession, Decision, PolicyEvaluation
 from decision.selectors import (
     approvals_standing,
@@ -353,12 +353,7 @@ class _Statement:
 
 
 def _row(row: tuple, start: int, part: _Part, connection) -> SimpleNamespace:
-    values = list(row[start:start + len(part.names)])
-    for position, (converters, expression) in part.converters.items():
-        value = values[position]
-        for converter in converters:
-            value = converter(value, expression, connection)
-        values[position] = value
+    values = convert_row(list(row[start:start + len(part.names)]), part.converters, connection)
     return SimpleNamespace(**dict(zip(part.names, values)))
 
 

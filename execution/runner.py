@@ -39,7 +39,7 @@ from django_fsm import can_proceed
 
 from agp_project import errors
 from agp_project.canonical import content_hash
-from agp_project.db import prepared_cursor
+from agp_project.db import convert_row, field_converters, prepared_cursor
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append, ledger_batch
@@ -158,11 +158,7 @@ class _LockedRead:
                     f"JOIN {quote(ActionEnvelope._meta.db_table)} e "
                     f"ON e.{quote(link.target_field.column)} = o.{quote(link.column)} "
                     f"WHERE o.{quote(Operation._meta.get_field('operation_id').column)} = %s FOR UPDATE OF o")
-        self.converters = []
-        for field in self.operation_fields + self.envelope_fields:
-            column = field.get_col(field.model._meta.db_table)
-            self.converters.append(
-                (connection.ops.get_db_converters(column) + column.get_db_converters(connection), column))
+        self.converters = field_converters(self.operation_fields + self.envelope_fields, connection)
 
     def run(self, operation_id: str) -> Operation | None:
         with prepared_cursor() as cursor:
@@ -170,11 +166,7 @@ class _LockedRead:
             row = cursor.fetchone()
         if row is None:
             return None
-        values = []
-        for value, (converters, column) in zip(row, self.converters, strict=True):
-            for converter in converters:
-                value = converter(value, column, connection)
-            values.append(value)
+        values = convert_row(list(row), self.converters, connection)
         split = len(self.operation_fields)
         operation = Operation.from_db(connection.alias, [f.attname for f in self.operation_fields], values[:split])
         envelope = ActionEnvelope.from_db(connection.alias, [f.attname for f in self.envelope_fields],
