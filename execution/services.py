@@ -138,7 +138,7 @@ def envelope_validate(*, inputs: EnvelopeInputs, actor: str) -> ActionEnvelope:
 
 
 @functools.cache
-def _redis_probe(url: str):
+def _redis_probe(url: str, timeout: float):
     """A Redis client kept per process for the probe: a PING on a pooled connection.
 
     Opening a fresh broker connection for every submission cost about 1.4 ms; a PING on
@@ -147,8 +147,7 @@ def _redis_probe(url: str):
     """
     import redis
 
-    return redis.Redis.from_url(url, socket_connect_timeout=BROKER_TIMEOUT_SECONDS,
-                                socket_timeout=BROKER_TIMEOUT_SECONDS, health_check_interval=0)
+    return redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, health_check_interval=0)
 
 
 def broker_ensure_reachable(*, timeout: float = BROKER_TIMEOUT_SECONDS) -> None:
@@ -164,7 +163,7 @@ def broker_ensure_reachable(*, timeout: float = BROKER_TIMEOUT_SECONDS) -> None:
         return
     try:
         if url.startswith(("redis://", "rediss://")):
-            _redis_probe(url).ping()
+            _redis_probe(url, timeout).ping()
             return
         with app.connection_for_write(url=url, connect_timeout=timeout) as conn:
             conn.ensure_connection(max_retries=0, timeout=timeout)
