@@ -1,7 +1,9 @@
 """The hash-chained ledger (CONTRACT C9): append in the caller's transaction, verify."""
 
 import contextlib
+import functools
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -123,6 +125,81 @@ def ledger_record(*, event_type: str, resource_type: str, resource_id: str, acto
                       payload=payload)
 
 
+def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str, resource_id: str, actor: str,
+                  payload: dict[str, Any] | None = None) -> models.Model:
+    """Insert ``instance`` (a new row) and append the event recording it, in a transaction of its own.
+
+    The record and the change are one: both are written or neither. On PostgreSQL, outside
+    a transaction, it is one statement in autocommit (the row's ``INSERT`` runs once the
+    ledger head is locked, inside the append): one round trip where a transaction takes
+    four (``BEGIN``, the insert, the append, ``COMMIT``). A constraint the row breaks
+    raises ``IntegrityError`` and nothing is written. Inside a transaction, or on SQLite,
+    it is ``save`` and ``ledger_append`` in one.
+    """
+    if instance.pk is not None:
+        raise ValueError("ledger_insert inserts a new row: its primary key must be unset")
+    payload = payload or {}
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
+                          actor=actor, payload=payload)
+        insert = _RowInsert.of(type(instance), connection)
+        with prepared_cursor() as cursor:
+            cursor.execute(insert.sql, [*insert.params(instance, connection), *_event_columns([event])])
+            row = cursor.fetchone()
+        if row is not None:
+            setattr(instance, insert.returning.attname, row[-1])
+            instance._state.adding = False
+            instance._state.db = connection.alias
+            return instance
+        # No head row (a flushed database), so nothing was written: recreating it needs a transaction.
+    with transaction.atomic():
+        instance.save(force_insert=True)
+        ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
+                      payload=payload)
+    return instance
+
+
+@dataclass(frozen=True)
+class _RowInsert:
+    """The append statement with an ``INSERT`` of one row of ``model`` before it (``ledger_insert``).
+
+    Built once per model and database: the columns Django's ``save`` would insert, each
+    parameter cast to its column's type without length or precision, so a value that does
+    not fit is refused by the column as in an ordinary ``INSERT`` (an explicit cast to
+    ``varchar(n)`` would truncate it). The primary key comes back as the last column.
+    """
+
+    sql: str
+    fields: tuple
+    returning: Any
+
+    @classmethod
+    @functools.cache
+    def _build(cls, model: type[models.Model], alias: str) -> "_RowInsert":
+        from django.db import connections
+
+        connection = connections[alias]
+        meta = model._meta
+        if meta.parents or meta.auto_field is None:
+            raise TypeError(f"ledger_insert needs a model with its own table and an auto primary key: {model}")
+        quote = connection.ops.quote_name
+        fields = tuple(f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field)
+        columns = ", ".join(quote(f.column) for f in fields)
+        values = ", ".join(f"%s::{re.sub(r'[(][^)]*[)]', '', f.db_type(connection))}" for f in fields)
+        key = quote(meta.auto_field.column)
+        row = (f"\nrow AS (INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {values} FROM locked "
+               f"RETURNING {key}),")
+        sql = _PG_APPEND_TEMPLATE.format(row=row, returning=f", (SELECT {key} FROM row)")
+        return cls(sql=sql, fields=fields, returning=meta.auto_field)
+
+    @classmethod
+    def of(cls, model: type[models.Model], connection) -> "_RowInsert":
+        return cls._build(model, connection.alias)
+
+    def params(self, instance: models.Model, connection) -> list:
+        return [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in self.fields]
+
+
 _BATCH_ATTR = "_agp_ledger_batch"
 
 
@@ -187,9 +264,11 @@ class _Event:
 # does), move the head to the last, insert them. The locking subquery is what queues
 # concurrent writers: once it has waited, it returns the head the previous writer committed.
 # The arrays are the events' columns, in order. No head row: no event is inserted.
-_PG_APPEND = f"""
+# ``{row}`` is empty, or (``ledger_insert``) a CTE inserting the row the events record,
+# after the lock and only once it is held.
+_PG_APPEND_TEMPLATE = f"""
 WITH RECURSIVE
-locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE),
+locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE),{{row}}
 input AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
                                %s::text[], %s::timestamptz[])
           WITH ORDINALITY AS i(prefix, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
@@ -198,7 +277,7 @@ chain AS (
     SELECT 0::bigint AS n, sequence, ''::text AS prev_hash, hash::text AS hash FROM locked
     UNION ALL
     SELECT i.n, c.sequence + 1, c.hash,
-           encode(sha256(convert_to(c.hash || i.prefix || (c.sequence + 1) || '}}', 'UTF8')), 'hex')
+           encode(sha256(convert_to(c.hash || i.prefix || (c.sequence + 1) || '}}}}', 'UTF8')), 'hex')
       FROM chain AS c JOIN input AS i ON i.n = c.n + 1),
 moved AS (
     UPDATE "{_HEAD}" AS head SET sequence = tip.sequence, hash = tip.hash
@@ -211,17 +290,23 @@ SELECT c.sequence, i.event_id, i.event_type, i.resource_type, i.resource_id, i.a
        c.prev_hash, c.hash, i.recorded_at
   FROM chain AS c JOIN input AS i ON i.n = c.n
  WHERE EXISTS (SELECT 1 FROM moved)
-RETURNING sequence, prev_hash, hash
+RETURNING sequence, prev_hash, hash{{returning}}
 """
+_PG_APPEND = _PG_APPEND_TEMPLATE.format(row="", returning="")
+
+
+def _event_columns(events: list[_Event]) -> list[list]:
+    """The append statement's arrays: the events' columns, in order."""
+    rows = [(e.prefix, e.fields["event_id"], e.fields["event_type"], e.fields["resource_type"],
+             e.fields["resource_id"], e.fields["actor"], e.payload_text, e.fields["payload_hash"], e.recorded)
+            for e in events]
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 def _pg_append(events: list[_Event]) -> list[tuple[int, str, str]]:
     """Append ``events`` in one statement: their (sequence, prev_hash, hash), none without a head row."""
-    rows = [(e.prefix, e.fields["event_id"], e.fields["event_type"], e.fields["resource_type"],
-             e.fields["resource_id"], e.fields["actor"], e.payload_text, e.fields["payload_hash"], e.recorded)
-            for e in events]
     with prepared_cursor() as cursor:
-        cursor.execute(_PG_APPEND, [list(column) for column in zip(*rows, strict=True)])
+        cursor.execute(_PG_APPEND, _event_columns(events))
         return sorted(cursor.fetchall())  # in sequence order, which is the events' order
 
 

@@ -19,10 +19,11 @@ from django_fsm import ConcurrentTransition, can_proceed
 
 from agp_project import errors
 from agp_project.canonical import content_hash
+from agp_project.db import CompiledQuery
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from agp_project.timeutil import iso, not_in_future
-from core.ledger import ledger_append
+from core.ledger import ledger_append, ledger_insert
 from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
 from registry.selectors import delegation_chain_problem
@@ -121,6 +122,16 @@ def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
     return warnings
 
 
+# The hot path of the Decision API reads the columns an evaluation needs, and whether the
+# task exists, in one prepared statement.
+_EVALUATED_POLICY_SET = CompiledQuery(
+    lambda policy_set_id, task_id: (
+        PolicySet.objects.filter(policy_set_id=policy_set_id)
+        .only("policy_set_id", "status", "ruleset", "ruleset_hash", "effective_from", "expires_at")
+        .annotate(task_exists=Exists(Task.objects.filter(task_id=task_id)))),
+    "policy_set_id", "task_id")
+
+
 def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,
                              input: dict[str, Any], evaluation_id: str | None = None,
                              created_at: datetime | None = None) -> PolicyEvaluation:
@@ -131,12 +142,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     to evaluate is recorded as ``allow: false`` with the error among the reasons.
     """
     evaluation_id = evaluation_id or new_id("pev")
-    # The hot path of the Decision API: one query reads the columns the evaluation needs
-    # and whether the task exists.
-    policy_set = (PolicySet.objects.filter(policy_set_id=policy_set_id)
-                  .only("policy_set_id", "status", "ruleset", "ruleset_hash", "effective_from", "expires_at")
-                  .annotate(task_exists=Exists(Task.objects.filter(task_id=task_id)))
-                  .first())
+    policy_set = _EVALUATED_POLICY_SET.first(policy_set_id=policy_set_id, task_id=task_id)
     missing = {}
     if policy_set is None:
         missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
@@ -155,13 +161,14 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=input)
     result = outcome.as_result()
     warnings = _policy_set_warnings(policy_set, now)
-    with _unique("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic():
-        evaluation = PolicyEvaluation.objects.create(
-            evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
-            input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
-            require_approval=outcome.require_approval, warnings=warnings, evaluated_at=now,
-            created_at=_created_at(created_at, now))
-        ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
+    evaluation = PolicyEvaluation(
+        evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
+        input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
+        require_approval=outcome.require_approval, warnings=warnings, evaluated_at=now,
+        created_at=_created_at(created_at, now))
+    # The row and its ledger event in one statement (one round trip on PostgreSQL).
+    with _unique("policy evaluation", "evaluation_id", evaluation_id):
+        ledger_insert(evaluation, event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
                       resource_id=evaluation_id, actor=actor,
                       payload={"policy_set_id": policy_set_id, "task_id": task_id, "agent_id": agent_id,
                                "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash,

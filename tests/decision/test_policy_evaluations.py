@@ -228,3 +228,24 @@ def test_it_evaluates_in_a_fixed_number_of_queries(api):
     # head move and event), three elsewhere (+ savepoints in tests)
     ledger = ["WITH"] if connection.vendor == "postgresql" else ["SELECT", "INSERT", "UPDATE"]
     assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == ["SELECT", "INSERT", *ledger]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_test_transaction_it_reads_once_and_writes_row_and_event_in_one_statement(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+    api.post("/agp/policy-evaluations", body(policy_set, task), format="json")  # compiles and caches the ruleset
+
+    with CaptureQueriesContext(connection) as queries:
+        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="pev-2"), format="json")
+
+    assert response.status_code == 201
+    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    # PostgreSQL: the policy set with task EXISTS, then the row and its ledger event in one
+    # autocommit statement. Elsewhere the row and the ORM append in a transaction.
+    expected = (["SELECT", "WITH"] if connection.vendor == "postgresql"
+                else ["SELECT", "BEGIN", "INSERT", "SELECT", "INSERT", "UPDATE", "COMMIT"])
+    assert statements == expected
+    stored = PolicyEvaluation.objects.get(evaluation_id="pev-2")
+    assert response.json()["evaluation_id"] == "pev-2" and stored.result == response.json()["result"]
+    event = LedgerEvent.objects.get(resource_id="pev-2")
+    assert (event.event_type, event.payload["input_hash"]) == ("policy_evaluation.created", stored.input_hash)
