@@ -16,8 +16,11 @@ runs exactly as in Django's backend. ``agp_project.db.prepared_cursor`` is the e
 that also works on SQLite.
 """
 
+import select
+
 import psycopg
 from django.db.backends.postgresql import base, operations
+from psycopg import pq
 
 
 class PreparedCursor(psycopg.Cursor):
@@ -46,6 +49,30 @@ class DatabaseWrapper(base.DatabaseWrapper):
             # only: Django's own client-side cursors never prepare, whatever it is.
             connection.prepare_threshold = 2**31
         return connection
+
+    def is_usable(self):
+        """Whether the connection can still be used, without a round trip when that is clear.
+
+        ``CONN_HEALTH_CHECKS`` asks this before the first query of every request, and
+        Django's answer is a ``SELECT 1``: a round trip on every request. An idle healthy
+        connection has nothing to read, while a backend that was terminated or went away
+        has sent its error or closed the socket, which makes it readable. So: nothing to
+        read on an idle connection means usable; anything else (data waiting, a
+        transaction open, a broken or closed connection) gets Django's own check.
+        """
+        conn = self.connection
+        if conn is None or conn.closed or conn.broken:
+            return False
+        if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+            poller = select.poll()  # not select(): descriptors above 1023 are fine
+            try:
+                poller.register(conn.fileno(), select.POLLIN)
+                pending = poller.poll(0)
+            except (OSError, ValueError, psycopg.Error):
+                return False
+            if not pending:
+                return True
+        return super().is_usable()
 
     def prepared_cursor(self):
         """A cursor like ``cursor()`` (health check, reconnect, error wrapping), but prepared."""

@@ -1,0 +1,62 @@
+"""The PostgreSQL backend (agp_project/postgresql): prepared statements and the health check."""
+
+import psycopg
+import pytest
+from django.db import connection
+
+from tests.reliability.test_faults import _pg_connect
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def backend_last_query(pid: int) -> str:
+    with _pg_connect() as admin:
+        return admin.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0]
+
+
+def test_the_health_check_of_an_idle_healthy_connection_sends_nothing():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 'agp-health-marker'")
+    pid = connection.connection.info.backend_pid
+
+    assert connection.is_usable() is True
+    # Django's own check would have run SELECT 1 on the backend.
+    assert backend_last_query(pid) == "SELECT 'agp-health-marker'"
+
+
+def test_the_health_check_finds_a_terminated_backend_unusable():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    with _pg_connect() as admin:
+        admin.autocommit = True
+        admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+
+    assert connection.is_usable() is False
+    connection.close()
+    with connection.cursor() as cursor:  # and a new connection works
+        cursor.execute("SELECT 2")
+        assert cursor.fetchone() == (2,)
+
+
+def test_the_health_check_asks_the_server_inside_a_transaction():
+    connection.ensure_connection()
+    connection.connection.execute("BEGIN")
+    connection.connection.execute("SELECT 'in-transaction'")
+    pid = connection.connection.info.backend_pid
+    try:
+        assert connection.is_usable() is True
+        assert backend_last_query(pid) == "SELECT 1"
+    finally:
+        connection.connection.rollback()
+
+
+def test_a_closed_connection_is_unusable_without_asking():
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.close()
+    try:
+        assert connection.is_usable() is False
+        with pytest.raises(psycopg.OperationalError):
+            raw.execute("SELECT 1")
+    finally:
+        connection.close()
