@@ -60,3 +60,23 @@ def test_a_closed_connection_is_unusable_without_asking():
             raw.execute("SELECT 1")
     finally:
         connection.close()
+
+
+def test_a_prepared_statement_longer_than_psycopgs_cache_limit_is_converted_once():
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH, _query2pg
+
+    from agp_project.db import prepared_cursor
+
+    padding = " ".join(f"%s::int AS c{n}," for n in range(40))
+    sql = f"SELECT {padding} %s::text AS tail -- {'x' * MAX_CACHED_STATEMENT_LENGTH}"
+    assert len(sql) > MAX_CACHED_STATEMENT_LENGTH
+    rows = []
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, [*range(40), "first"])
+        rows.append(cursor.fetchone())
+        hits = _query2pg.cache_info().hits
+        cursor.execute(sql, [*range(1, 41), "second"])
+        rows.append(cursor.fetchone())
+
+    assert _query2pg.cache_info().hits == hits + 1
+    assert rows == [(*range(40), "first"), (*range(1, 41), "second")]
