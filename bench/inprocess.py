@@ -154,7 +154,7 @@ def _cprofile(call, n: int) -> None:
         call()
     profile.disable()
     out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(50)
+    pstats.Stats(profile, stream=out).sort_stats(os.environ.get("AGP_PROFILE_SORT", "cumulative")).print_stats(50)
     print(out.getvalue())
 
 
