@@ -263,14 +263,16 @@ class _Event:
 # prefix, ``canonical_event`` being prefix + sequence + "}", and hashes it as ``chain_hash``
 # does), move the head to the last, insert them. The locking subquery is what queues
 # concurrent writers: once it has waited, it returns the head the previous writer committed.
-# The arrays are the events' columns, in order. No head row: no event is inserted.
+# The arrays are the events' columns, in order, sent in binary (%b): psycopg's text format
+# escapes every element with a regular expression, three times the cost. No head row: no
+# event is inserted.
 # ``{row}`` is empty, or (``ledger_insert``) a CTE inserting the row the events record,
 # after the lock and only once it is held.
 _PG_APPEND_TEMPLATE = f"""
 WITH RECURSIVE
 locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE),{{row}}
-input AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                               %s::text[], %s::timestamptz[])
+input AS (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+                               %b::text[], %b::timestamptz[])
           WITH ORDINALITY AS i(prefix, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
                                recorded_at, n)),
 chain AS (
