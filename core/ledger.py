@@ -126,7 +126,8 @@ def ledger_record(*, event_type: str, resource_type: str, resource_id: str, acto
 
 
 def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str, resource_id: str, actor: str,
-                  payload: dict[str, Any] | None = None) -> models.Model:
+                  payload: dict[str, Any] | None = None,
+                  provided: tuple[str, list] | None = None) -> models.Model | None:
     """Insert ``instance`` (a new row) and append the event recording it, in a transaction of its own.
 
     The record and the change are one: both are written or neither. On PostgreSQL, outside
@@ -135,6 +136,13 @@ def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str
     four (``BEGIN``, the insert, the append, ``COMMIT``). A constraint the row breaks
     raises ``IntegrityError`` and nothing is written. Inside a transaction, or on SQLite,
     it is ``save`` and ``ledger_append`` in one.
+
+    ``provided`` makes the write optimistic: ``(condition, params)``, an SQL boolean
+    expression of fixed text (``%s`` placeholders) that must hold when the ledger head is
+    locked, in the same statement; the caller computed ``instance`` from state it read
+    earlier, and the condition confirms that state is still current. When it does not
+    hold, or away from that one-statement path, nothing is written and None is returned:
+    the caller reads afresh and calls again without ``provided``.
     """
     if instance.pk is not None:
         raise ValueError("ledger_insert inserts a new row: its primary key must be unset")
@@ -142,16 +150,22 @@ def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
                           actor=actor, payload=payload)
-        insert = _RowInsert.of(type(instance), connection)
+        condition, condition_params = provided or ("", [])
+        insert = _RowInsert.of(type(instance), connection, condition)
         with prepared_cursor() as cursor:
-            cursor.execute(insert.sql, [*insert.params(instance, connection), *_event_columns([event])])
+            cursor.execute(insert.sql, [*condition_params, *insert.params(instance, connection),
+                                        *_event_columns([event])])
             row = cursor.fetchone()
         if row is not None:
             setattr(instance, insert.returning.attname, row[-1])
             instance._state.adding = False
             instance._state.db = connection.alias
             return instance
+        if provided is not None:
+            return None  # the condition failed, or there is no head row: the caller's full path decides
         # No head row (a flushed database), so nothing was written: recreating it needs a transaction.
+    elif provided is not None:
+        return None
     with transaction.atomic():
         instance.save(force_insert=True)
         ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
@@ -175,7 +189,7 @@ class _RowInsert:
 
     @classmethod
     @functools.cache
-    def _build(cls, model: type[models.Model], alias: str) -> "_RowInsert":
+    def _build(cls, model: type[models.Model], alias: str, condition: str) -> "_RowInsert":
         from django.db import connections
 
         connection = connections[alias]
@@ -189,12 +203,13 @@ class _RowInsert:
         key = quote(meta.auto_field.column)
         row = (f"\nrow AS (INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {values} FROM locked "
                f"RETURNING {key}),")
-        sql = _PG_APPEND_TEMPLATE.format(row=row, returning=f", (SELECT {key} FROM row)")
+        sql = _PG_APPEND_TEMPLATE.format(row=row, returning=f", (SELECT {key} FROM row)",
+                                         provided=f" AND ({condition})" if condition else "")
         return cls(sql=sql, fields=fields, returning=meta.auto_field)
 
     @classmethod
-    def of(cls, model: type[models.Model], connection) -> "_RowInsert":
-        return cls._build(model, connection.alias)
+    def of(cls, model: type[models.Model], connection, condition: str = "") -> "_RowInsert":
+        return cls._build(model, connection.alias, condition)
 
     def params(self, instance: models.Model, connection) -> list:
         return [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in self.fields]
@@ -267,10 +282,11 @@ class _Event:
 # escapes every element with a regular expression, three times the cost. No head row: no
 # event is inserted.
 # ``{row}`` is empty, or (``ledger_insert``) a CTE inserting the row the events record,
-# after the lock and only once it is held.
+# after the lock and only once it is held; ``{provided}`` is empty, or a condition without
+# which the head is not locked, so nothing at all is written.
 _PG_APPEND_TEMPLATE = f"""
 WITH RECURSIVE
-locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE),{{row}}
+locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1{{provided}} FOR UPDATE),{{row}}
 input AS (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
                                %b::text[], %b::timestamptz[])
           WITH ORDINALITY AS i(prefix, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
@@ -294,7 +310,7 @@ SELECT c.sequence, i.event_id, i.event_type, i.resource_type, i.resource_id, i.a
  WHERE EXISTS (SELECT 1 FROM moved)
 RETURNING sequence, prev_hash, hash{{returning}}
 """
-_PG_APPEND = _PG_APPEND_TEMPLATE.format(row="", returning="")
+_PG_APPEND = _PG_APPEND_TEMPLATE.format(row="", returning="", provided="")
 
 
 def _event_columns(events: list[_Event]) -> list[list]:

@@ -5,6 +5,7 @@ written row. Rules that are not in the spec or CONTRACT are explained in
 docs/decisions/decision-api.md.
 """
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -12,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import rfc8785
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, can_proceed
@@ -132,6 +133,34 @@ _EVALUATED_POLICY_SET = CompiledQuery(
     "policy_set_id", "task_id")
 
 
+# Policy sets as last read by an evaluation in this process, by id (at most 256, oldest
+# first out): the next evaluation of the set skips the read and confirms in its write
+# that the set is unchanged (``_still_current_sql``). Never a revoked set.
+_policy_set_snapshots: dict[str, PolicySet] = {}
+_SNAPSHOTS_MAX = 256
+
+
+def _remember_policy_set(policy_set: PolicySet) -> None:
+    _policy_set_snapshots.pop(policy_set.policy_set_id, None)
+    while len(_policy_set_snapshots) >= _SNAPSHOTS_MAX:
+        _policy_set_snapshots.pop(next(iter(_policy_set_snapshots)), None)
+    _policy_set_snapshots[policy_set.policy_set_id] = policy_set
+
+
+@functools.cache
+def _still_current_sql() -> str:
+    """True while the policy set has the state an evaluation used and the task exists (PostgreSQL)."""
+    quote = connection.ops.quote_name
+    column = {name: quote(PolicySet._meta.get_field(name).column)
+              for name in ("policy_set_id", "status", "ruleset_hash", "effective_from", "expires_at")}
+    return (f"EXISTS (SELECT 1 FROM {quote(PolicySet._meta.db_table)} WHERE {column['policy_set_id']} = %s "
+            f"AND {column['status']} = %s AND {column['ruleset_hash']} = %s "
+            f"AND {column['effective_from']} IS NOT DISTINCT FROM %s::timestamptz "
+            f"AND {column['expires_at']} IS NOT DISTINCT FROM %s::timestamptz) "
+            f"AND EXISTS (SELECT 1 FROM {quote(Task._meta.db_table)} "
+            f"WHERE {quote(Task._meta.get_field('task_id').column)} = %s)")
+
+
 def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,
                              input: dict[str, Any], evaluation_id: str | None = None,
                              created_at: datetime | None = None) -> PolicyEvaluation:
@@ -142,9 +171,25 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     to evaluate is recorded as ``allow: false`` with the error among the reasons.
     """
     evaluation_id = evaluation_id or new_id("pev")
+    snapshot = _policy_set_snapshots.get(policy_set_id)
+    if snapshot is not None and connection.vendor == "postgresql" and not connection.in_atomic_block:
+        # Evaluated against the set as last read here; the write confirms, under the ledger
+        # lock, that the set is still so and the task exists. Otherwise nothing was written
+        # and the full path below reads afresh.
+        try:
+            recorded = _policy_evaluation_record(
+                snapshot, actor=actor, evaluation_id=evaluation_id, task_id=task_id, agent_id=agent_id,
+                input=input, created_at=created_at, provided=(_still_current_sql(), [
+                    snapshot.policy_set_id, snapshot.status, snapshot.ruleset_hash, snapshot.effective_from,
+                    snapshot.expires_at, task_id]))
+        except errors.InvalidRequest:
+            recorded = None  # refused below, in the order the full path checks
+        if recorded is not None:
+            return recorded
     policy_set = _EVALUATED_POLICY_SET.first(policy_set_id=policy_set_id, task_id=task_id)
     missing = {}
     if policy_set is None:
+        _policy_set_snapshots.pop(policy_set_id, None)
         missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
     task_exists = policy_set.task_exists if policy_set is not None else (
         Task.objects.filter(task_id=task_id).exists())
@@ -153,9 +198,19 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     if missing:
         raise errors.invalid_fields(missing)
     if policy_set.status == PolicySetStatus.REVOKED:
+        _policy_set_snapshots.pop(policy_set_id, None)
         raise errors.PrerequisiteFailed(
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
             details={"failed_checks": [_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})
+    _remember_policy_set(policy_set)
+    return _policy_evaluation_record(policy_set, actor=actor, evaluation_id=evaluation_id, task_id=task_id,
+                                     agent_id=agent_id, input=input, created_at=created_at)
+
+
+def _policy_evaluation_record(policy_set: PolicySet, *, actor: str, evaluation_id: str, task_id: str, agent_id: str,
+                              input: dict[str, Any], created_at: datetime | None,
+                              provided: tuple[str, list] | None = None) -> PolicyEvaluation | None:
+    """Evaluate ``policy_set`` and write the evaluation with its ledger event (None: ``provided`` failed)."""
     input_hash = _hash_of(input, "input")
     now = timezone.now()
     outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=input)
@@ -168,12 +223,11 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
         created_at=_created_at(created_at, now))
     # The row and its ledger event in one statement (one round trip on PostgreSQL).
     with _unique("policy evaluation", "evaluation_id", evaluation_id):
-        ledger_insert(evaluation, event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
-                      resource_id=evaluation_id, actor=actor,
-                      payload={"policy_set_id": policy_set_id, "task_id": task_id, "agent_id": agent_id,
-                               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash,
-                               "result": result, "engine": outcome.engine})
-    return evaluation
+        return ledger_insert(evaluation, event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
+                             resource_id=evaluation_id, actor=actor, provided=provided,
+                             payload={"policy_set_id": policy_set.policy_set_id, "task_id": task_id,
+                                      "agent_id": agent_id, "ruleset_hash": policy_set.ruleset_hash,
+                                      "input_hash": input_hash, "result": result, "engine": outcome.engine})
 
 
 # --- decisions --------------------------------------------------------------------------------

@@ -9,13 +9,16 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agp_project.canonical import content_hash
+from core.ledger import ledger_record
 from core.models import LedgerEvent
 from decision.models import PolicyEvaluation
+from registry.models import PolicySet
 from tests.decision.factories import PAYMENTS, make_policy_set, make_task, ruleset_hash
 
 pytestmark = pytest.mark.django_db
 
 LIMITS = {"auto_approve_max": 100, "hard_max": 1000}
+ALLOW_NOTHING = "package agp.allow_nothing\n\nimport rego.v1\n\ndefault allow := false\n"
 
 
 def body(policy_set, task, **overrides):
@@ -230,22 +233,80 @@ def test_it_evaluates_in_a_fixed_number_of_queries(api):
     assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == ["SELECT", "INSERT", *ledger]
 
 
+def statements_of(queries) -> list[str]:
+    return [q["sql"].split()[0].upper() for q in queries.captured_queries]
+
+
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_test_transaction_it_reads_once_and_writes_row_and_event_in_one_statement(api):
-    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
-    api.post("/agp/policy-evaluations", body(policy_set, task), format="json")  # compiles and caches the ruleset
+class TestOutsideATransaction:
+    """As served: the row and its ledger event in one autocommit statement on PostgreSQL, and
+    once a set has been read, the next evaluation confirms it in that statement instead."""
 
-    with CaptureQueriesContext(connection) as queries:
-        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="pev-2"), format="json")
+    @pytest.fixture(autouse=True)
+    def ledger_head(self):
+        # A flushed database has no head row until the first append recreates it.
+        ledger_record(event_type="test.started", resource_type="Test", resource_id="t", actor="test")
 
-    assert response.status_code == 201
-    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    # PostgreSQL: the policy set with task EXISTS, then the row and its ledger event in one
-    # autocommit statement. Elsewhere the row and the ORM append in a transaction.
-    expected = (["SELECT", "WITH"] if connection.vendor == "postgresql"
-                else ["SELECT", "BEGIN", "INSERT", "SELECT", "INSERT", "UPDATE", "COMMIT"])
-    assert statements == expected
-    stored = PolicyEvaluation.objects.get(evaluation_id="pev-2")
-    assert response.json()["evaluation_id"] == "pev-2" and stored.result == response.json()["result"]
-    event = LedgerEvent.objects.get(resource_id="pev-2")
-    assert (event.event_type, event.payload["input_hash"]) == ("policy_evaluation.created", stored.input_hash)
+    def test_the_first_evaluation_reads_the_set_and_the_next_only_writes(self, api):
+        task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+
+        with CaptureQueriesContext(connection) as first_queries:
+            first = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="pev-1"), format="json")
+        with CaptureQueriesContext(connection) as second_queries:
+            second = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="pev-2"), format="json")
+
+        assert first.status_code == second.status_code == 201
+        # PostgreSQL: the set with task EXISTS, then one WITH (head lock, row, event, head move);
+        # the second: the WITH alone, its head lock conditional on the set and the task.
+        # Elsewhere: the read, then the row and the ORM append in a transaction, each time.
+        orm = ["SELECT", "BEGIN", "INSERT", "SELECT", "INSERT", "UPDATE", "COMMIT"]
+        on_postgresql = connection.vendor == "postgresql"
+        assert statements_of(first_queries) == (["SELECT", "WITH"] if on_postgresql else orm)
+        assert statements_of(second_queries) == (["WITH"] if on_postgresql else orm)
+        for response in (first, second):
+            stored = PolicyEvaluation.objects.get(evaluation_id=response.json()["evaluation_id"])
+            assert stored.result == response.json()["result"] and stored.result["allow"] is True
+            event = LedgerEvent.objects.get(resource_id=stored.evaluation_id)
+            assert (event.event_type, event.payload["input_hash"]) == ("policy_evaluation.created", stored.input_hash)
+        assert first.json()["result"] == second.json()["result"]
+
+    def test_a_set_revoked_after_it_was_read_is_refused_and_nothing_is_written(self, api):
+        task, policy_set = make_task(), make_policy_set()
+        assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
+        PolicySet.objects.filter(pk=policy_set.pk).update(status="revoked")
+
+        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="late"), format="json")
+
+        assert response.status_code == 422
+        assert response.json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
+        assert not PolicyEvaluation.objects.filter(evaluation_id="late").exists()
+        assert not LedgerEvent.objects.filter(resource_id="late").exists()
+
+    def test_a_set_changed_after_it_was_read_is_evaluated_as_it_now_is(self, api):
+        task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+        assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
+        PolicySet.objects.filter(pk=policy_set.pk).update(
+            status="deprecated", ruleset=ALLOW_NOTHING, ruleset_hash=ruleset_hash(ALLOW_NOTHING))
+
+        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="now"), format="json")
+
+        assert response.status_code == 201
+        assert response.json()["ruleset_hash"] == ruleset_hash(ALLOW_NOTHING)
+        assert response.json()["result"]["allow"] is False
+        assert response.json()["warnings"] == [f"Policy set {policy_set.policy_set_id!r} is deprecated."]
+        assert PolicyEvaluation.objects.get(evaluation_id="now").ruleset_hash == ruleset_hash(ALLOW_NOTHING)
+        assert LedgerEvent.objects.get(resource_id="now").payload["ruleset_hash"] == ruleset_hash(ALLOW_NOTHING)
+
+    def test_a_missing_task_or_a_duplicate_id_is_refused_after_the_set_was_read(self, api):
+        task, policy_set = make_task(), make_policy_set()
+        assert api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="dup"),
+                        format="json").status_code == 201
+
+        missing = api.post("/agp/policy-evaluations", body(policy_set, task, task_id="no-such-task"), format="json")
+        duplicate = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="dup"), format="json")
+
+        assert missing.status_code == 400
+        assert missing.json()["error"]["details"]["fields"] == {"task_id": ["No task with id 'no-such-task'."]}
+        assert duplicate.status_code == 409 and duplicate.json()["error"]["code"] == "AGP_CONFLICT"
+        assert PolicyEvaluation.objects.count() == 1
+        assert LedgerEvent.objects.filter(resource_type="PolicyEvaluation").count() == 1

@@ -393,3 +393,36 @@ class TestInsert:
         with pytest.raises(ValueError, match="primary key must be unset"):
             insert(evaluation)
         assert LedgerEvent.objects.count() == 1
+
+    def test_a_condition_that_holds_under_the_lock_lets_it_write(self):
+        from decision.models import PolicyEvaluation
+
+        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
+        evaluation = new_evaluation()
+        written = ledger_insert(evaluation, event_type="e", resource_type="PolicyEvaluation", resource_id="pev-1",
+                                actor="a", provided=("EXISTS (SELECT 1 FROM registry_task WHERE task_id = %s)",
+                                                     [evaluation.task_id]))
+        assert written is evaluation and PolicyEvaluation.objects.filter(pk=evaluation.pk).exists()
+        assert LedgerEvent.objects.filter(resource_id="pev-1").count() == 1
+        assert ledger_verify().verified
+
+    def test_a_condition_that_fails_writes_nothing_and_returns_none(self):
+        from decision.models import PolicyEvaluation
+
+        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
+        head = LedgerHead.objects.values_list("sequence", "hash").get()
+        not_written = ledger_insert(new_evaluation(), event_type="e", resource_type="PolicyEvaluation",
+                                    resource_id="pev-1", actor="a",
+                                    provided=("EXISTS (SELECT 1 FROM registry_task WHERE task_id = %s)", ["none"]))
+        assert not_written is None
+        assert not PolicyEvaluation.objects.exists() and LedgerEvent.objects.count() == 1
+        assert LedgerHead.objects.values_list("sequence", "hash").get() == head
+
+    def test_a_condition_inside_a_transaction_is_left_to_the_caller(self):
+        from decision.models import PolicyEvaluation
+
+        with transaction.atomic():
+            not_written = ledger_insert(new_evaluation(), event_type="e", resource_type="PolicyEvaluation",
+                                        resource_id="pev-1", actor="a", provided=("TRUE", []))
+        assert not_written is None
+        assert not PolicyEvaluation.objects.exists() and not LedgerEvent.objects.exists()
