@@ -6,6 +6,7 @@ docs/decisions/decision-api.md.
 """
 
 import functools
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -140,11 +141,20 @@ _policy_set_snapshots: dict[str, PolicySet] = {}
 _SNAPSHOTS_MAX = 256
 
 
+_snapshots_lock = threading.Lock()  # gunicorn's threads share the dict
+
+
 def _remember_policy_set(policy_set: PolicySet) -> None:
-    _policy_set_snapshots.pop(policy_set.policy_set_id, None)
-    while len(_policy_set_snapshots) >= _SNAPSHOTS_MAX:
-        _policy_set_snapshots.pop(next(iter(_policy_set_snapshots)), None)
-    _policy_set_snapshots[policy_set.policy_set_id] = policy_set
+    with _snapshots_lock:
+        _policy_set_snapshots.pop(policy_set.policy_set_id, None)
+        while len(_policy_set_snapshots) >= _SNAPSHOTS_MAX:
+            _policy_set_snapshots.pop(next(iter(_policy_set_snapshots)))
+        _policy_set_snapshots[policy_set.policy_set_id] = policy_set
+
+
+def _forget_policy_set(policy_set_id: str) -> None:
+    with _snapshots_lock:
+        _policy_set_snapshots.pop(policy_set_id, None)
 
 
 @functools.cache
@@ -189,7 +199,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     policy_set = _EVALUATED_POLICY_SET.first(policy_set_id=policy_set_id, task_id=task_id)
     missing = {}
     if policy_set is None:
-        _policy_set_snapshots.pop(policy_set_id, None)
+        _forget_policy_set(policy_set_id)
         missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
     task_exists = policy_set.task_exists if policy_set is not None else (
         Task.objects.filter(task_id=task_id).exists())
@@ -198,7 +208,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     if missing:
         raise errors.invalid_fields(missing)
     if policy_set.status == PolicySetStatus.REVOKED:
-        _policy_set_snapshots.pop(policy_set_id, None)
+        _forget_policy_set(policy_set_id)
         raise errors.PrerequisiteFailed(
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
             details={"failed_checks": [_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})

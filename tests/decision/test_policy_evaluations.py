@@ -310,3 +310,17 @@ class TestOutsideATransaction:
         assert duplicate.status_code == 409 and duplicate.json()["error"]["code"] == "AGP_CONFLICT"
         assert PolicyEvaluation.objects.count() == 1
         assert LedgerEvent.objects.filter(resource_type="PolicyEvaluation").count() == 1
+
+
+def test_the_sets_remembered_for_evaluations_are_bounded_newest_kept():
+    from decision import services
+
+    sets = [PolicySet(policy_set_id=f"remembered-{n}") for n in range(services._SNAPSHOTS_MAX + 44)]
+    for policy_set in sets:
+        services._remember_policy_set(policy_set)
+
+    remembered = services._policy_set_snapshots
+    assert len(remembered) == services._SNAPSHOTS_MAX
+    assert list(remembered) == [s.policy_set_id for s in sets[-services._SNAPSHOTS_MAX:]]
+    services._forget_policy_set(sets[-1].policy_set_id)
+    assert sets[-1].policy_set_id not in remembered
