@@ -9,7 +9,7 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
+from agp_project.http.serializers import FieldCopiesMixin, IdField, SignatureSerializer, StrictSerializer
 
 from .choices import (
     ApprovalVerdict,
@@ -76,7 +76,7 @@ class EvidenceBundleSerializer(StrictSerializer):
 
 
 # --- policy evaluations --------------------------------------------------------------------
-class PolicyResultSerializer(serializers.Serializer):
+class PolicyResultSerializer(FieldCopiesMixin, serializers.Serializer):
     allow = serializers.BooleanField()
     require_approval = serializers.BooleanField()
     reasons = serializers.ListField(child=serializers.CharField())

@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from agp_project.canonical import content_hash
 
-from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
+from agp_project.http.serializers import FieldCopiesMixin, IdField, SignatureSerializer, StrictSerializer
 from agp_project.timeutil import iso
 
 from .models import ActionEnvelope
@@ -45,7 +45,7 @@ def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[
     return document
 
 
-class GovernanceAttestationSerializer(serializers.Serializer):
+class GovernanceAttestationSerializer(FieldCopiesMixin, serializers.Serializer):
     agent_id = serializers.CharField()
     agent_role = serializers.ChoiceField(choices=["executive"])
     verdict = serializers.ChoiceField(choices=["cleared"])
@@ -104,29 +104,29 @@ class ActionEnvelopeSerializer(StrictSerializer):
         return envelope_document(instance)
 
 
-class FailedCheckSerializer(serializers.Serializer):
+class FailedCheckSerializer(FieldCopiesMixin, serializers.Serializer):
     check = serializers.CharField()
     reason = serializers.CharField()
 
 
-class CheckOutcomeSerializer(serializers.Serializer):
+class CheckOutcomeSerializer(FieldCopiesMixin, serializers.Serializer):
     check = serializers.CharField()
     passed = serializers.BooleanField()
     reason = serializers.CharField()
 
 
-class VerdictSerializer(serializers.Serializer):
+class VerdictSerializer(FieldCopiesMixin, serializers.Serializer):
     verdict = serializers.ChoiceField(choices=["cleared", "rejected"])
     checks = CheckOutcomeSerializer(many=True)
 
 
-class WhatIfResultSerializer(serializers.Serializer):
+class WhatIfResultSerializer(FieldCopiesMixin, serializers.Serializer):
     allow = serializers.BooleanField()
     require_approval = serializers.BooleanField()
     reasons = serializers.ListField(child=serializers.CharField())
 
 
-class WhatIfSerializer(serializers.Serializer):
+class WhatIfSerializer(FieldCopiesMixin, serializers.Serializer):
     policy_set_id = serializers.CharField()
     policy_set_status = serializers.CharField()
     ruleset_hash = serializers.CharField()
@@ -136,7 +136,7 @@ class WhatIfSerializer(serializers.Serializer):
     matches = serializers.BooleanField()
 
 
-class ReplaySerializer(serializers.Serializer):
+class ReplaySerializer(FieldCopiesMixin, serializers.Serializer):
     """``GET /agp/replay/{action_id}`` (C9), plus ``changed_checks`` and the optional ``what_if``."""
 
     action_id = serializers.CharField()
