@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.inprocess validate            # ms wall / CPU per request, statements
     .venv/bin/python -m bench.inprocess worker -n 300 --cprofile
     .venv/bin/python -m bench.inprocess eval --gc           # garbage-collector pauses too
+    AGP_PROFILE_SORT=tottime .venv/bin/python -m bench.inprocess eval --cprofile   # by own time
 
 Paths: ``get`` (``GET /agp/tasks/{id}``), ``validate`` (validate-only envelope), ``submit``
 (``Prefer: respond-async``), ``worker`` (``operation_execute`` on what ``submit`` queued) and
