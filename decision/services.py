@@ -159,14 +159,22 @@ def _forget_policy_set(policy_set_id: str) -> None:
 
 @functools.cache
 def _still_current_sql() -> str:
-    """True while the policy set has the state an evaluation used and the task exists (PostgreSQL)."""
+    """True while the policy set has the state an evaluation used and the task exists (PostgreSQL).
+
+    The set's row is share-locked (``FOR SHARE``), before the ledger head: the statement's
+    snapshot is taken when it starts, so without the lock a transition committed while the
+    statement waited for the head (``policy_set_transition`` locks the row, then the head)
+    would pass unseen, and an evaluation be recorded against a set the ledger already shows
+    revoked. The lock waits for that transaction and rechecks the row as it committed it;
+    the insert's foreign-key check takes a lock on that row anyway.
+    """
     quote = connection.ops.quote_name
     column = {name: quote(PolicySet._meta.get_field(name).column)
               for name in ("policy_set_id", "status", "ruleset_hash", "effective_from", "expires_at")}
     return (f"EXISTS (SELECT 1 FROM {quote(PolicySet._meta.db_table)} WHERE {column['policy_set_id']} = %s "
             f"AND {column['status']} = %s AND {column['ruleset_hash']} = %s "
             f"AND {column['effective_from']} IS NOT DISTINCT FROM %s::timestamptz "
-            f"AND {column['expires_at']} IS NOT DISTINCT FROM %s::timestamptz) "
+            f"AND {column['expires_at']} IS NOT DISTINCT FROM %s::timestamptz FOR SHARE) "
             f"AND EXISTS (SELECT 1 FROM {quote(Task._meta.db_table)} "
             f"WHERE {quote(Task._meta.get_field('task_id').column)} = %s)")
 

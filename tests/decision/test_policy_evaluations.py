@@ -1,9 +1,11 @@
 """POST/GET /agp/policy-evaluations: real Rego evaluation, stored with its hashes."""
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -13,6 +15,7 @@ from core.ledger import ledger_record
 from core.models import LedgerEvent
 from decision.models import PolicyEvaluation
 from registry.models import PolicySet
+from registry.services import policy_set_transition
 from tests.decision.factories import PAYMENTS, make_policy_set, make_task, ruleset_hash
 
 pytestmark = pytest.mark.django_db
@@ -237,6 +240,19 @@ def statements_of(queries) -> list[str]:
     return [q["sql"].split()[0].upper() for q in queries.captured_queries]
 
 
+def wait_for_a_lock_wait(timeout=10.0):
+    """Until another session of this database waits for a lock (PostgreSQL)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock'")
+            if cursor.fetchone()[0]:
+                return
+        assert time.monotonic() < deadline, "no session waited for a lock"
+        time.sleep(0.01)
+
+
 @pytest.mark.django_db(transaction=True)
 class TestOutsideATransaction:
     """As served: the row and its ledger event in one autocommit statement on PostgreSQL, and
@@ -281,6 +297,45 @@ class TestOutsideATransaction:
         assert response.json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
         assert not PolicyEvaluation.objects.filter(evaluation_id="late").exists()
         assert not LedgerEvent.objects.filter(resource_id="late").exists()
+
+    @pytest.mark.postgres
+    def test_a_set_revoked_while_the_write_waits_for_the_ledger_is_refused(self, api):
+        # The revocation holds the set's row and the ledger head when the evaluation's one
+        # statement starts, so that statement's snapshot still shows the set deprecated.
+        task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS, status="deprecated")
+        assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
+        holding, release, responses = threading.Event(), threading.Event(), []
+
+        def revoke():
+            try:
+                with transaction.atomic():
+                    policy_set_transition(actor="admin", policy_set_id=policy_set.policy_set_id, status="revoked")
+                    holding.set()
+                    release.wait(10)
+            finally:
+                connection.close()
+
+        def evaluate():
+            try:
+                responses.append(api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="late"),
+                                          format="json"))
+            finally:
+                connection.close()
+
+        revoker, evaluator = threading.Thread(target=revoke), threading.Thread(target=evaluate)
+        revoker.start()
+        assert holding.wait(10)
+        evaluator.start()
+        wait_for_a_lock_wait()
+        release.set()
+        revoker.join(10)
+        evaluator.join(10)
+
+        assert responses[0].status_code == 422
+        assert responses[0].json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
+        assert not PolicyEvaluation.objects.filter(evaluation_id="late").exists()
+        assert not LedgerEvent.objects.filter(resource_id="late").exists()
+        assert LedgerEvent.objects.order_by("sequence").last().event_type == "policy_set.revoked"
 
     def test_a_set_changed_after_it_was_read_is_evaluated_as_it_now_is(self, api):
         task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
