@@ -141,8 +141,10 @@ def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str
     expression of fixed text (``%s`` placeholders) that must hold when the ledger head is
     locked, in the same statement; the caller computed ``instance`` from state it read
     earlier, and the condition confirms that state is still current. When it does not
-    hold, or away from that one-statement path, nothing is written and None is returned:
-    the caller reads afresh and calls again without ``provided``.
+    hold, nothing is written and None is returned: the caller reads afresh and tries again
+    (a missing head row is recreated first, so None always means the condition failed).
+    Away from that one-statement path (SQLite, inside a transaction) None is returned
+    without writing: the caller then writes without ``provided``.
     """
     if instance.pk is not None:
         raise ValueError("ledger_insert inserts a new row: its primary key must be unset")
@@ -152,17 +154,22 @@ def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str
                           actor=actor, payload=payload)
         condition, condition_params = provided or ("", [])
         insert = _RowInsert.of(type(instance), connection, condition)
-        with prepared_cursor() as cursor:
-            cursor.execute(insert.sql, [*condition_params, *insert.params(instance, connection),
-                                        *_event_columns([event])])
-            row = cursor.fetchone()
-        if row is not None:
-            setattr(instance, insert.returning.attname, row[-1])
-            instance._state.adding = False
-            instance._state.db = connection.alias
-            return instance
-        if provided is not None:
-            return None  # the condition failed, or there is no head row: the caller's full path decides
+        params = [*condition_params, *insert.params(instance, connection), *_event_columns([event])]
+        for attempt in (1, 2):
+            with prepared_cursor() as cursor:
+                cursor.execute(insert.sql, params)
+                row = cursor.fetchone()
+            if row is not None:
+                setattr(instance, insert.returning.attname, row[-1])
+                instance._state.adding = False
+                instance._state.db = connection.alias
+                return instance
+            if provided is None:
+                break
+            if attempt == 2 or LedgerHead.objects.filter(pk=1).exists():
+                return None  # the condition failed
+            with transaction.atomic():  # no head row (a flushed database): recreate it, then try again
+                _locked_head()
         # No head row (a flushed database), so nothing was written: recreating it needs a transaction.
     elif provided is not None:
         return None

@@ -189,21 +189,37 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     to evaluate is recorded as ``allow: false`` with the error among the reasons.
     """
     evaluation_id = evaluation_id or new_id("pev")
-    snapshot = _policy_set_snapshots.get(policy_set_id)
-    if snapshot is not None and connection.vendor == "postgresql" and not connection.in_atomic_block:
-        # Evaluated against the set as last read here; the write confirms, under the ledger
-        # lock, that the set is still so and the task exists. Otherwise nothing was written
-        # and the full path below reads afresh.
+    # On PostgreSQL outside a transaction the write is one statement that confirms, with the
+    # set's row share-locked, that the set is still as evaluated and the task exists; when it
+    # is not, nothing was written and the set is read afresh. The set as last read here is
+    # tried first, without reading it. Elsewhere the write is a transaction of its own after
+    # the read, unconditional.
+    confirmed = connection.vendor == "postgresql" and not connection.in_atomic_block
+    policy_set = _policy_set_snapshots.get(policy_set_id) if confirmed else None
+    remembered = policy_set is not None
+    # A set changes at most three times (active, deprecated, revoked; C6), so a fourth
+    # failed confirmation means something else is wrong.
+    for _ in range(4):
+        if policy_set is None:
+            policy_set, remembered = _policy_set_for_evaluation(policy_set_id, task_id), False
         try:
             recorded = _policy_evaluation_record(
-                snapshot, actor=actor, evaluation_id=evaluation_id, task_id=task_id, agent_id=agent_id,
-                input=input, created_at=created_at, provided=(_still_current_sql(), [
-                    snapshot.policy_set_id, snapshot.status, snapshot.ruleset_hash, snapshot.effective_from,
-                    snapshot.expires_at, task_id]))
+                policy_set, actor=actor, evaluation_id=evaluation_id, task_id=task_id, agent_id=agent_id,
+                input=input, created_at=created_at,
+                provided=_still_current(policy_set, task_id) if confirmed else None)
         except errors.InvalidRequest:
-            recorded = None  # refused below, in the order the full path checks
+            if not remembered:
+                raise
+            recorded = None  # refused after a fresh read, in the order it checks
         if recorded is not None:
             return recorded
+        _forget_policy_set(policy_set_id)
+        policy_set = None
+    raise errors.Conflict(f"Policy set {policy_set_id!r} kept changing during the evaluation; retry.")
+
+
+def _policy_set_for_evaluation(policy_set_id: str, task_id: str) -> PolicySet:
+    """The set read afresh, remembered for the next evaluation; 400 for an unknown set or task, 422 if revoked."""
     policy_set = _EVALUATED_POLICY_SET.first(policy_set_id=policy_set_id, task_id=task_id)
     missing = {}
     if policy_set is None:
@@ -221,8 +237,12 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
             details={"failed_checks": [_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})
     _remember_policy_set(policy_set)
-    return _policy_evaluation_record(policy_set, actor=actor, evaluation_id=evaluation_id, task_id=task_id,
-                                     agent_id=agent_id, input=input, created_at=created_at)
+    return policy_set
+
+
+def _still_current(policy_set: PolicySet, task_id: str) -> tuple[str, list]:
+    return _still_current_sql(), [policy_set.policy_set_id, policy_set.status, policy_set.ruleset_hash,
+                                  policy_set.effective_from, policy_set.expires_at, task_id]
 
 
 def _policy_evaluation_record(policy_set: PolicySet, *, actor: str, evaluation_id: str, task_id: str, agent_id: str,

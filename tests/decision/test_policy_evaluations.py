@@ -299,11 +299,17 @@ class TestOutsideATransaction:
         assert not LedgerEvent.objects.filter(resource_id="late").exists()
 
     @pytest.mark.postgres
-    def test_a_set_revoked_while_the_write_waits_for_the_ledger_is_refused(self, api):
+    @pytest.mark.parametrize("remembered", [True, False], ids=["remembered set", "set read afresh"])
+    def test_a_set_revoked_while_the_write_waits_for_the_ledger_is_refused(self, api, remembered):
         # The revocation holds the set's row and the ledger head when the evaluation's one
-        # statement starts, so that statement's snapshot still shows the set deprecated.
+        # statement starts, so that statement's snapshot (and, read afresh, the evaluation's
+        # own read) still shows the set deprecated.
+        from decision import services
+
         task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS, status="deprecated")
         assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
+        if not remembered:
+            services._forget_policy_set(policy_set.policy_set_id)
         holding, release, responses = threading.Event(), threading.Event(), []
 
         def revoke():
@@ -379,3 +385,25 @@ def test_the_sets_remembered_for_evaluations_are_bounded_newest_kept():
     assert list(remembered) == [s.policy_set_id for s in sets[-services._SNAPSHOTS_MAX:]]
     services._forget_policy_set(sets[-1].policy_set_id)
     assert sets[-1].policy_set_id not in remembered
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_set_that_never_confirms_ends_in_a_conflict_with_nothing_written(api, monkeypatch):
+    from decision import services
+
+    ledger_record(event_type="test.started", resource_type="Test", resource_id="t", actor="test")
+    task, policy_set = make_task(), make_policy_set()
+    # Only the confirmation's condition is replaced: every write then finds the set "changed".
+    monkeypatch.setattr(services, "_still_current", lambda policy_set, task_id: ("FALSE", []))
+
+    with CaptureQueriesContext(connection) as queries:
+        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="never"), format="json")
+
+    assert response.status_code == 409
+    assert response.json()["error"]["message"] == (
+        f"Policy set {policy_set.policy_set_id!r} kept changing during the evaluation; retry.")
+    # Four times: the fresh read, the conditional write, and the head check after it.
+    assert statements_of(queries) == ["SELECT", "WITH", "SELECT"] * 4
+    assert not PolicyEvaluation.objects.exists()
+    assert not LedgerEvent.objects.filter(resource_type="PolicyEvaluation").exists()

@@ -426,3 +426,13 @@ class TestInsert:
                                         resource_id="pev-1", actor="a", provided=("TRUE", []))
         assert not_written is None
         assert not PolicyEvaluation.objects.exists() and not LedgerEvent.objects.exists()
+
+    def test_a_condition_that_holds_with_no_head_row_recreates_it_and_writes(self):
+        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
+        LedgerHead.objects.all().delete()
+        evaluation = new_evaluation()
+        written = ledger_insert(evaluation, event_type="e", resource_type="PolicyEvaluation", resource_id="pev-1",
+                                actor="a", provided=("TRUE", []))
+        assert written is evaluation and evaluation.pk is not None
+        assert LedgerHead.objects.values_list("sequence", flat=True).get() == 2
+        assert ledger_verify().verified
