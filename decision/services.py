@@ -134,11 +134,11 @@ _EVALUATED_POLICY_SET = CompiledQuery(
     "policy_set_id", "task_id")
 
 
-# Policy sets as last read by an evaluation in this process, by id (at most 256, oldest
+# Policy sets as last read by an evaluation in this process, by id (at most 64, oldest
 # first out): the next evaluation of the set skips the read and confirms in its write
 # that the set is unchanged (``_still_current_sql``). Never a revoked set.
 _policy_set_snapshots: dict[str, PolicySet] = {}
-_SNAPSHOTS_MAX = 256
+_SNAPSHOTS_MAX = 64
 
 
 _snapshots_lock = threading.Lock()  # gunicorn's threads share the dict
@@ -166,7 +166,10 @@ def _still_current_sql() -> str:
     statement waited for the head (``policy_set_transition`` locks the row, then the head)
     would pass unseen, and an evaluation be recorded against a set the ledger already shows
     revoked. The lock waits for that transaction and rechecks the row as it committed it;
-    the insert's foreign-key check takes a lock on that row anyway.
+    the insert's foreign-key check takes a lock on that row anyway. The task's row is
+    key-share-locked (the lock the foreign-key check takes) for the same reason: a task
+    deleted meanwhile fails the confirmation (400 after the fresh read), not the foreign
+    key (which would read as a duplicate id).
     """
     quote = connection.ops.quote_name
     column = {name: quote(PolicySet._meta.get_field(name).column)
@@ -176,7 +179,7 @@ def _still_current_sql() -> str:
             f"AND {column['effective_from']} IS NOT DISTINCT FROM %s::timestamptz "
             f"AND {column['expires_at']} IS NOT DISTINCT FROM %s::timestamptz FOR SHARE) "
             f"AND EXISTS (SELECT 1 FROM {quote(Task._meta.db_table)} "
-            f"WHERE {quote(Task._meta.get_field('task_id').column)} = %s)")
+            f"WHERE {quote(Task._meta.get_field('task_id').column)} = %s FOR KEY SHARE)")
 
 
 def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,

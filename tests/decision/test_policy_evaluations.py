@@ -407,3 +407,44 @@ def test_a_set_that_never_confirms_ends_in_a_conflict_with_nothing_written(api, 
     assert statements_of(queries) == ["SELECT", "WITH", "SELECT"] * 4
     assert not PolicyEvaluation.objects.exists()
     assert not LedgerEvent.objects.filter(resource_type="PolicyEvaluation").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_task_deleted_while_the_write_waits_is_a_400_not_a_duplicate_id(api):
+    from registry.models import Task
+
+    ledger_record(event_type="test.started", resource_type="Test", resource_id="t", actor="test")
+    policy_set, warm_task, task = make_policy_set(), make_task(), make_task()
+    assert api.post("/agp/policy-evaluations", body(policy_set, warm_task), format="json").status_code == 201
+    holding, release, responses = threading.Event(), threading.Event(), []
+
+    def delete_task():
+        try:
+            with transaction.atomic():
+                Task.objects.filter(pk=task.pk).delete()
+                holding.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def evaluate():
+        try:
+            responses.append(api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="orphan"),
+                                      format="json"))
+        finally:
+            connection.close()
+
+    deleter, evaluator = threading.Thread(target=delete_task), threading.Thread(target=evaluate)
+    deleter.start()
+    assert holding.wait(10)
+    evaluator.start()
+    wait_for_a_lock_wait()
+    release.set()
+    deleter.join(10)
+    evaluator.join(10)
+
+    assert responses[0].status_code == 400, responses[0].content
+    assert responses[0].json()["error"]["details"]["fields"] == {"task_id": [f"No task with id {task.task_id!r}."]}
+    assert not PolicyEvaluation.objects.filter(evaluation_id="orphan").exists()
+    assert not LedgerEvent.objects.filter(resource_id="orphan").exists()
