@@ -253,6 +253,37 @@ def wait_for_a_lock_wait(timeout=10.0):
         time.sleep(0.01)
 
 
+def post_while_held(hold, post):
+    """``post()``'s response, sent while ``hold()`` runs in a transaction of another session,
+    which commits once the request waits for one of its locks (PostgreSQL)."""
+    holding, release, responses = threading.Event(), threading.Event(), []
+
+    def holder():
+        try:
+            with transaction.atomic():
+                hold()
+                holding.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def requester():
+        try:
+            responses.append(post())
+        finally:
+            connection.close()
+
+    held, request = threading.Thread(target=holder), threading.Thread(target=requester)
+    held.start()
+    assert holding.wait(10)
+    request.start()
+    wait_for_a_lock_wait()
+    release.set()
+    held.join(10)
+    request.join(10)
+    return responses[0]
+
+
 @pytest.mark.django_db(transaction=True)
 class TestOutsideATransaction:
     """As served: the row and its ledger event in one autocommit statement on PostgreSQL, and
@@ -310,35 +341,12 @@ class TestOutsideATransaction:
         assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
         if not remembered:
             services._forget_policy_set(policy_set.policy_set_id)
-        holding, release, responses = threading.Event(), threading.Event(), []
+        response = post_while_held(
+            lambda: policy_set_transition(actor="admin", policy_set_id=policy_set.policy_set_id, status="revoked"),
+            lambda: api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="late"), format="json"))
 
-        def revoke():
-            try:
-                with transaction.atomic():
-                    policy_set_transition(actor="admin", policy_set_id=policy_set.policy_set_id, status="revoked")
-                    holding.set()
-                    release.wait(10)
-            finally:
-                connection.close()
-
-        def evaluate():
-            try:
-                responses.append(api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="late"),
-                                          format="json"))
-            finally:
-                connection.close()
-
-        revoker, evaluator = threading.Thread(target=revoke), threading.Thread(target=evaluate)
-        revoker.start()
-        assert holding.wait(10)
-        evaluator.start()
-        wait_for_a_lock_wait()
-        release.set()
-        revoker.join(10)
-        evaluator.join(10)
-
-        assert responses[0].status_code == 422
-        assert responses[0].json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
+        assert response.status_code == 422
+        assert response.json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
         assert not PolicyEvaluation.objects.filter(evaluation_id="late").exists()
         assert not LedgerEvent.objects.filter(resource_id="late").exists()
         assert LedgerEvent.objects.order_by("sequence").last().event_type == "policy_set.revoked"
@@ -417,34 +425,11 @@ def test_a_task_deleted_while_the_write_waits_is_a_400_not_a_duplicate_id(api):
     ledger_record(event_type="test.started", resource_type="Test", resource_id="t", actor="test")
     policy_set, warm_task, task = make_policy_set(), make_task(), make_task()
     assert api.post("/agp/policy-evaluations", body(policy_set, warm_task), format="json").status_code == 201
-    holding, release, responses = threading.Event(), threading.Event(), []
+    response = post_while_held(
+        lambda: Task.objects.filter(pk=task.pk).delete(),
+        lambda: api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="orphan"), format="json"))
 
-    def delete_task():
-        try:
-            with transaction.atomic():
-                Task.objects.filter(pk=task.pk).delete()
-                holding.set()
-                release.wait(10)
-        finally:
-            connection.close()
-
-    def evaluate():
-        try:
-            responses.append(api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="orphan"),
-                                      format="json"))
-        finally:
-            connection.close()
-
-    deleter, evaluator = threading.Thread(target=delete_task), threading.Thread(target=evaluate)
-    deleter.start()
-    assert holding.wait(10)
-    evaluator.start()
-    wait_for_a_lock_wait()
-    release.set()
-    deleter.join(10)
-    evaluator.join(10)
-
-    assert responses[0].status_code == 400, responses[0].content
-    assert responses[0].json()["error"]["details"]["fields"] == {"task_id": [f"No task with id {task.task_id!r}."]}
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["details"]["fields"] == {"task_id": [f"No task with id {task.task_id!r}."]}
     assert not PolicyEvaluation.objects.filter(evaluation_id="orphan").exists()
     assert not LedgerEvent.objects.filter(resource_id="orphan").exists()
