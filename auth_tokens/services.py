@@ -28,11 +28,12 @@ from rest_framework_simplejwt.utils import aware_utcnow, datetime_from_epoch
 from agp_project import errors
 from agp_project.db import prepared_cursor
 from agp_project.ids import is_valid_id
+from agp_project.lru import LRUMap
 from core.ledger import ledger_append
 
 from .models import Client
 from .scopes import ALL_SCOPES
-from .token_cache import VerifiedClaims, VerifiedTokens
+from .token_cache import VerifiedClaims
 
 RESOURCE_TYPE = "ApiClient"
 BOOTSTRAP_ACTOR = "bootstrap"
@@ -271,7 +272,7 @@ def principal_from_token(raw: str) -> ClientPrincipal:
 
 # Tokens that passed every check of _token_verify, by their exact text (docs/decisions/authentication.md).
 # Only the signature and claims are kept: the client's row is read on every request.
-_verified_tokens = VerifiedTokens(maxsize=4096)
+_verified_tokens: LRUMap[VerifiedClaims] = LRUMap(maxsize=4096)
 
 
 def _token_verified(raw: str) -> VerifiedClaims:

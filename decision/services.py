@@ -6,7 +6,6 @@ docs/decisions/decision-api.md.
 """
 
 import functools
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -23,6 +22,7 @@ from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.db import CompiledQuery
 from agp_project.ids import new_id
+from agp_project.lru import LRUMap
 from agp_project.signing import sign_resource
 from agp_project.timeutil import iso, not_in_future
 from core.ledger import ledger_append, ledger_insert
@@ -134,27 +134,10 @@ _EVALUATED_POLICY_SET = CompiledQuery(
     "policy_set_id", "task_id")
 
 
-# Policy sets as last read by an evaluation in this process, by id (at most 64, oldest
-# first out): the next evaluation of the set skips the read and confirms in its write
-# that the set is unchanged (``_still_current_sql``). Never a revoked set.
-_policy_set_snapshots: dict[str, PolicySet] = {}
-_SNAPSHOTS_MAX = 64
-
-
-_snapshots_lock = threading.Lock()  # gunicorn's threads share the dict
-
-
-def _remember_policy_set(policy_set: PolicySet) -> None:
-    with _snapshots_lock:
-        _policy_set_snapshots.pop(policy_set.policy_set_id, None)
-        while len(_policy_set_snapshots) >= _SNAPSHOTS_MAX:
-            _policy_set_snapshots.pop(next(iter(_policy_set_snapshots)))
-        _policy_set_snapshots[policy_set.policy_set_id] = policy_set
-
-
-def _forget_policy_set(policy_set_id: str) -> None:
-    with _snapshots_lock:
-        _policy_set_snapshots.pop(policy_set_id, None)
+# Policy sets as last read by an evaluation in this process, by id (at most 64): the next
+# evaluation of a set skips the read and confirms in its write that the set is unchanged
+# (``_still_current_sql``). Never a revoked set.
+_policy_set_snapshots: LRUMap[PolicySet] = LRUMap(maxsize=64)
 
 
 @functools.cache
@@ -216,7 +199,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             recorded = None  # refused after a fresh read, in the order it checks
         if recorded is not None:
             return recorded
-        _forget_policy_set(policy_set_id)
+        _policy_set_snapshots.discard(policy_set_id)
         policy_set = None
     raise errors.Conflict(f"Policy set {policy_set_id!r} kept changing during the evaluation; retry.")
 
@@ -226,7 +209,7 @@ def _policy_set_for_evaluation(policy_set_id: str, task_id: str) -> PolicySet:
     policy_set = _EVALUATED_POLICY_SET.first(policy_set_id=policy_set_id, task_id=task_id)
     missing = {}
     if policy_set is None:
-        _forget_policy_set(policy_set_id)
+        _policy_set_snapshots.discard(policy_set_id)
         missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
     task_exists = policy_set.task_exists if policy_set is not None else (
         Task.objects.filter(task_id=task_id).exists())
@@ -235,11 +218,11 @@ def _policy_set_for_evaluation(policy_set_id: str, task_id: str) -> PolicySet:
     if missing:
         raise errors.invalid_fields(missing)
     if policy_set.status == PolicySetStatus.REVOKED:
-        _forget_policy_set(policy_set_id)
+        _policy_set_snapshots.discard(policy_set_id)
         raise errors.PrerequisiteFailed(
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
             details={"failed_checks": [_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})
-    _remember_policy_set(policy_set)
+    _policy_set_snapshots.put(policy_set_id, policy_set)
     return policy_set
 
 

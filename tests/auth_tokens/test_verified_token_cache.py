@@ -17,7 +17,8 @@ from auth_tokens import services
 from auth_tokens.models import Client
 from auth_tokens.scopes import ALL_SCOPES
 from auth_tokens.services import client_rotate_secret, client_set_active, client_update
-from auth_tokens.token_cache import VerifiedClaims, VerifiedTokens
+from agp_project.lru import LRUMap
+from auth_tokens.token_cache import VerifiedClaims
 from tests.concurrency import run_together
 
 from .helpers import assert_unauthenticated, claims, sign
@@ -166,7 +167,7 @@ def test_it_never_caches_a_refused_token(api, client_row, decodes):
 
 def test_it_keeps_at_most_its_size_and_drops_the_least_recently_used(api, make_token, decodes, monkeypatch):
     assert services._verified_tokens.maxsize == 4096
-    monkeypatch.setattr(services, "_verified_tokens", VerifiedTokens(maxsize=3))
+    monkeypatch.setattr(services, "_verified_tokens", LRUMap(maxsize=3))
     tokens = [make_token() for _ in range(4)]
     for token in tokens[:3]:
         assert _get(api, token).status_code == 200
@@ -181,7 +182,7 @@ def test_it_keeps_at_most_its_size_and_drops_the_least_recently_used(api, make_t
 
 
 def test_it_stays_bounded_and_consistent_under_threads():
-    cache = VerifiedTokens(maxsize=50)
+    cache = LRUMap(maxsize=50)
     entries = {f"token-{n}": VerifiedClaims(client_id=f"c{n}", scope="", generation=n, expires=WHEN,
                                             verified_with=("s", "agp")) for n in range(400)}
 

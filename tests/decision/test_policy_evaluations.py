@@ -340,7 +340,7 @@ class TestOutsideATransaction:
         task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS, status="deprecated")
         assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
         if not remembered:
-            services._forget_policy_set(policy_set.policy_set_id)
+            services._policy_set_snapshots.discard(policy_set.policy_set_id)
         response = post_while_held(
             lambda: policy_set_transition(actor="admin", policy_set_id=policy_set.policy_set_id, status="revoked"),
             lambda: api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="late"), format="json"))
@@ -384,14 +384,14 @@ class TestOutsideATransaction:
 def test_the_sets_remembered_for_evaluations_are_bounded_newest_kept():
     from decision import services
 
-    sets = [PolicySet(policy_set_id=f"remembered-{n}") for n in range(services._SNAPSHOTS_MAX + 44)]
-    for policy_set in sets:
-        services._remember_policy_set(policy_set)
-
     remembered = services._policy_set_snapshots
-    assert len(remembered) == services._SNAPSHOTS_MAX
-    assert list(remembered) == [s.policy_set_id for s in sets[-services._SNAPSHOTS_MAX:]]
-    services._forget_policy_set(sets[-1].policy_set_id)
+    sets = [PolicySet(policy_set_id=f"remembered-{n}") for n in range(remembered.maxsize + 44)]
+    for policy_set in sets:
+        remembered.put(policy_set.policy_set_id, policy_set)
+
+    assert len(remembered) == remembered.maxsize == 64
+    assert [s.policy_set_id in remembered for s in sets] == [False] * 44 + [True] * remembered.maxsize
+    remembered.discard(sets[-1].policy_set_id)
     assert sets[-1].policy_set_id not in remembered
 
 
