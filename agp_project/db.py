@@ -37,10 +37,19 @@ def convert_row(values: list, converters: dict, connection=default_connection) -
     return values
 
 
+_MARK = "\x1e"  # a control character: no real identifier is spelt with it
+
+
 def text_placeholder(name: str) -> str:
-    """A text argument's stand-in while a queryset is compiled (control characters: no real
-    identifier is spelt like this), found again among the compiled parameters."""
-    return f"\x1e{name}\x1e"
+    """A text argument's stand-in while a queryset is compiled, found again among the
+    compiled parameters."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+def holds_placeholder(value) -> bool:
+    """Whether compiled SQL or a parameter still carries a placeholder, or a piece of one
+    (the ORM inlined or transformed it)."""
+    return isinstance(value, str) and _MARK in value
 
 
 class CompiledQuery:
@@ -61,11 +70,11 @@ class CompiledQuery:
         queryset = self._build(**{name: text_placeholder(name) for name in self._arguments})[:1]
         compiler = queryset.query.get_compiler(connection=connection)
         sql, params = compiler.as_sql()
-        if "\x1e" in sql or compiler.klass_info is None or compiler.klass_info.get("related_klass_infos"):
+        if holds_placeholder(sql) or compiler.klass_info is None or compiler.klass_info.get("related_klass_infos"):
             raise TypeError("CompiledQuery takes one model's queryset with its arguments as parameters")
         slots = [(index, name) for index, param in enumerate(params) for name in self._arguments
                  if param == text_placeholder(name)]
-        if len(slots) != len([p for p in params if isinstance(p, str) and "\x1e" in p]):
+        if len(slots) != len([p for p in params if holds_placeholder(p)]):
             raise TypeError("a CompiledQuery argument was transformed while compiling")
         fields = compiler.klass_info["select_fields"]
         attnames = [compiler.select[i][0].target.attname for i in fields]

@@ -51,7 +51,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agp_project.canonical import content_hash
-from agp_project.db import convert_row, prepared_cursor
+from agp_project.db import convert_row, holds_placeholder, prepared_cursor, text_placeholder
 from decision.models import CommerceSession, Decision, PolicyEvaluation
 from decision.selectors import (
     approvals_standing,
@@ -252,8 +252,7 @@ class _Slot:
 
 
 def _text(name: str) -> _Slot:
-    # Control characters: no real identifier is spelt like this.
-    return _Slot(f"\x1e{name}\x1e", lambda connection, value: value)
+    return _Slot(text_placeholder(name), lambda connection, value: value)
 
 
 def _key(index: int) -> _Slot:
@@ -322,9 +321,9 @@ class _Statement:
                     self.slots.append((index, name))
                     break
             else:
-                if isinstance(param, str) and "\x1e" in param:
+                if holds_placeholder(param):
                     raise RuntimeError(f"a check's query transformed a placeholder: {param!r}")
-        if "\x1e" in self.sql:
+        if holds_placeholder(self.sql):
             raise RuntimeError("a check's query inlined a placeholder into its SQL")
         self.slot_kinds = slots
 
