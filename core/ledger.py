@@ -114,7 +114,7 @@ def ledger_record(*, event_type: str, resource_type: str, resource_id: str, acto
     ``COMMIT``). Inside a transaction, or on SQLite, it is ``ledger_append`` in one.
     """
     payload = payload or {}
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+    if ledger_writes_in_one_statement():
         event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
                           actor=actor, payload=payload)
         if _pg_append([event]):
@@ -143,41 +143,48 @@ def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str
     earlier, and the condition confirms that state is still current. When it does not
     hold, nothing is written and None is returned: the caller reads afresh and tries again
     (a missing head row is recreated first, so None always means the condition failed).
-    Away from that one-statement path (SQLite, inside a transaction) None is returned
+    Away from that one-statement path (``ledger_writes_in_one_statement``) None is returned
     without writing: the caller then writes without ``provided``.
     """
     if instance.pk is not None:
         raise ValueError("ledger_insert inserts a new row: its primary key must be unset")
     payload = payload or {}
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                          actor=actor, payload=payload)
-        condition, condition_params = provided or ("", [])
-        insert = _RowInsert.of(type(instance), connection, condition)
-        params = [*condition_params, *insert.params(instance, connection), *_event_columns([event])]
-        for attempt in (1, 2):
-            with prepared_cursor() as cursor:
-                cursor.execute(insert.sql, params)
-                row = cursor.fetchone()
-            if row is not None:
-                setattr(instance, insert.returning.attname, row[-1])
-                instance._state.adding = False
-                instance._state.db = connection.alias
-                return instance
-            if provided is None:
-                break
-            if attempt == 2 or LedgerHead.objects.filter(pk=1).exists():
-                return None  # the condition failed
-            with transaction.atomic():  # no head row (a flushed database): recreate it, then try again
-                _locked_head()
-        # No head row (a flushed database), so nothing was written: recreating it needs a transaction.
-    elif provided is not None:
-        return None
-    with transaction.atomic():
-        instance.save(force_insert=True)
-        ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
+    if not ledger_writes_in_one_statement():
+        if provided is not None:
+            return None
+        with transaction.atomic():
+            instance.save(force_insert=True)
+            ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
+                          payload=payload)
+        return instance
+    event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
                       payload=payload)
-    return instance
+    condition, condition_params = provided or ("", [])
+    insert = _RowInsert.of(type(instance), connection, condition)
+    params = [*condition_params, *insert.params(instance, connection), *_event_columns([event])]
+    for attempt in (1, 2):
+        with prepared_cursor() as cursor:
+            cursor.execute(insert.sql, params)
+            row = cursor.fetchone()
+        if row is not None:
+            setattr(instance, insert.returning.attname, row[-1])
+            instance._state.adding = False
+            instance._state.db = connection.alias
+            return instance
+        if attempt == 2 or LedgerHead.objects.filter(pk=1).exists():
+            break
+        with transaction.atomic():  # no head row (a flushed database): recreate it, then try again
+            _locked_head()
+    if provided is None:
+        raise RuntimeError("the ledger head could not be locked")
+    return None  # the condition failed
+
+
+def ledger_writes_in_one_statement() -> bool:
+    """Whether ``ledger_record`` and ``ledger_insert`` write here as one autocommit statement
+    (PostgreSQL, outside a transaction): only then does ``ledger_insert`` confirm a
+    ``provided`` condition."""
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
 @dataclass(frozen=True)

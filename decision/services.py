@@ -25,7 +25,7 @@ from agp_project.ids import new_id
 from agp_project.lru import LRUMap
 from agp_project.signing import sign_resource
 from agp_project.timeutil import iso, not_in_future
-from core.ledger import ledger_append, ledger_insert
+from core.ledger import ledger_append, ledger_insert, ledger_writes_in_one_statement
 from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
 from registry.selectors import delegation_chain_problem
@@ -180,7 +180,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     # is not, nothing was written and the set is read afresh. The set as last read here is
     # tried first, without reading it. Elsewhere the write is a transaction of its own after
     # the read, unconditional.
-    confirmed = connection.vendor == "postgresql" and not connection.in_atomic_block
+    confirmed = ledger_writes_in_one_statement()
     policy_set = _policy_set_snapshots.get(policy_set_id) if confirmed else None
     remembered = policy_set is not None
     # A set changes at most three times (active, deprecated, revoked; C6), so a fourth
