@@ -1,5 +1,7 @@
 """Database helpers shared by the apps."""
 
+from dataclasses import dataclass
+
 from django.db import connection as default_connection
 
 
@@ -64,9 +66,9 @@ class CompiledQuery:
 
     def __init__(self, build, *arguments: str):
         self._build, self._arguments = build, arguments
-        self._compiled: dict[str, tuple] = {}
+        self._compiled: dict[str, _Compiled] = {}
 
-    def _compile(self, connection) -> tuple:
+    def _compile(self, connection) -> "_Compiled":
         queryset = self._build(**{name: text_placeholder(name) for name in self._arguments})[:1]
         compiler = queryset.query.get_compiler(connection=connection)
         sql, params = compiler.as_sql()
@@ -77,27 +79,43 @@ class CompiledQuery:
         if len(slots) != len([p for p in params if holds_placeholder(p)]):
             raise TypeError("a CompiledQuery argument was transformed while compiling")
         fields = compiler.klass_info["select_fields"]
-        attnames = [compiler.select[i][0].target.attname for i in fields]
-        converters = compiler.get_converters([column for column, _, _ in compiler.select[:compiler.col_count]])
-        compiled = (sql, tuple(params), slots, converters, queryset.model, fields[0], attnames,
-                    dict(compiler.annotation_col_map))
-        self._compiled[connection.alias] = compiled
+        compiled = self._compiled[connection.alias] = _Compiled(
+            sql=sql, params=tuple(params), slots=slots, model=queryset.model, start=fields[0],
+            attnames=[compiler.select[i][0].target.attname for i in fields],
+            converters=compiler.get_converters([column for column, _, _ in compiler.select[:compiler.col_count]]),
+            annotations=dict(compiler.annotation_col_map))
         return compiled
 
     def first(self, connection=default_connection, **values):
         """The row for ``values`` (one per argument) as a model instance, or None."""
         compiled = self._compiled.get(connection.alias) or self._compile(connection)
-        sql, params, slots, converters, model, start, attnames, annotations = compiled
-        params = list(params)
-        for index, name in slots:
+        params = list(compiled.params)
+        for index, name in compiled.slots:
             params[index] = values[name]
         with prepared_cursor(connection) as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(compiled.sql, params)
             row = cursor.fetchone()
         if row is None:
             return None
-        row = convert_row(list(row), converters, connection)
-        instance = model.from_db(connection.alias, attnames, row[start:start + len(attnames)])
-        for name, position in annotations.items():
+        row = convert_row(list(row), compiled.converters, connection)
+        end = compiled.start + len(compiled.attnames)
+        instance = compiled.model.from_db(connection.alias, compiled.attnames, row[compiled.start:end])
+        for name, position in compiled.annotations.items():
             setattr(instance, name, row[position])
         return instance
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """A ``CompiledQuery`` on one database: the SQL, its parameters with the arguments' slots
+    (position, name), and how to load the row (the model's columns from ``start``, Django's
+    converters by position, annotations by position)."""
+
+    sql: str
+    params: tuple
+    slots: list
+    model: type
+    start: int
+    attnames: list
+    converters: dict
+    annotations: dict
