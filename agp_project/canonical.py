@@ -21,7 +21,7 @@ def _plain(value: Any) -> Any:
 
 
 # RFC 8785 numbers are IEEE doubles: integers beyond this are refused (rfc8785's domain).
-_INT_LIMIT = 2**53 - 1
+INT_LIMIT = 2**53 - 1
 _fast_dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False).encode
 
 
@@ -39,7 +39,7 @@ def _fast_subset(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -_INT_LIMIT <= value <= _INT_LIMIT
+        return -INT_LIMIT <= value <= INT_LIMIT
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str or not key.isascii() or not _fast_subset(item):

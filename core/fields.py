@@ -6,9 +6,7 @@ from typing import Any
 from django import forms
 from django.db import models
 
-from agp_project.canonical import canonical_json
-
-_INT_LIMIT = 2**53 - 1
+from agp_project.canonical import INT_LIMIT, canonical_json
 
 
 def _number(text: str) -> int | float:
@@ -19,7 +17,7 @@ def _number(text: str) -> int | float:
     canonicalise again; as a float it round-trips to the same text.
     """
     value = int(text)
-    return value if -_INT_LIMIT <= value <= _INT_LIMIT else float(text)
+    return value if -INT_LIMIT <= value <= INT_LIMIT else float(text)
 
 
 def load_json(text: str) -> Any:
