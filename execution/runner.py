@@ -341,17 +341,19 @@ def _outcome_record(*, operation: Operation, status: str, result: dict[str, Any]
     return receipt
 
 
-def _connector_run(connector, claim: Claim) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(result, None) or (None, error body): a connector never leaves an operation hanging."""
+def _connector_run(connector, claim: Claim) -> tuple[ReceiptStatus, dict[str, Any], dict[str, Any] | None]:
+    """The receipt's status and result, and the error body of a failure (None on success):
+    a connector never leaves an operation hanging."""
     try:
-        return connector.execute(claim.call), None
+        return ReceiptStatus.SUCCEEDED, connector.execute(claim.call), None
     except ExecutionFailed as exc:
-        return None, exc.as_body()["error"]
+        error = exc.as_body()["error"]
     except Exception as exc:  # a connector bug must fail the operation, never leave it hanging
         logger.exception("execute: connector %s raised on %s", claim.connector, claim.operation_id)
-        return None, ExecutionFailed("The connector raised an unexpected error.",
-                                     details={"connector": claim.connector,
-                                              "reason": type(exc).__name__}).as_body()["error"]
+        error = ExecutionFailed("The connector raised an unexpected error.",
+                                details={"connector": claim.connector,
+                                         "reason": type(exc).__name__}).as_body()["error"]
+    return ReceiptStatus.FAILED, {"error": error}, error
 
 
 def operation_execute(*, operation_id: str, executor: str) -> str:
@@ -370,23 +372,18 @@ def operation_execute(*, operation_id: str, executor: str) -> str:
             return claim
         connector = connector_for(claim.connector)
         if connector.completes and connector.runs_in_claim(claim.call):
-            result, error = _connector_run(connector, claim)
-            _outcome_record(operation=operation, status=ReceiptStatus.FAILED if error else ReceiptStatus.SUCCEEDED,
-                            result={"error": error} if error else result, error=error, executor=executor,
+            status, result, error = _connector_run(connector, claim)
+            _outcome_record(operation=operation, status=status, result=result, error=error, executor=executor,
                             actor=WORKER_ACTOR)
-            return "failed" if error else "succeeded"
+            return status.value
         operation.save()
     if not connector.completes:
         return "awaiting_receipt"
     with lease_kept(operation_id=operation_id, fence=claim.fence):
-        result, error = _connector_run(connector, claim)
-    if error is not None:
-        receipt = operation_finish(operation_id=operation_id, fence=claim.fence, status=ReceiptStatus.FAILED,
-                                   result={"error": error}, error=error, executor=executor)
-        return "failed" if receipt else "superseded"
-    receipt = operation_finish(operation_id=operation_id, fence=claim.fence, status=ReceiptStatus.SUCCEEDED,
-                               result=result, executor=executor)
-    return "succeeded" if receipt else "superseded"
+        status, result, error = _connector_run(connector, claim)
+    receipt = operation_finish(operation_id=operation_id, fence=claim.fence, status=status, result=result,
+                               error=error, executor=executor)
+    return status.value if receipt else "superseded"
 
 
 def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str, result: dict | None = None,
