@@ -148,17 +148,17 @@ class _LockedRead:
 
     def __init__(self):
         quote = connection.ops.quote_name
-        self.operation_fields = list(Operation._meta.concrete_fields)
-        self.envelope_fields = [f for f in ActionEnvelope._meta.concrete_fields
-                                if f.name not in _ENVELOPE_DOCUMENT_ONLY]
-        columns = ([f"o.{quote(f.column)}" for f in self.operation_fields]
-                   + [f"e.{quote(f.column)}" for f in self.envelope_fields])
-        link = Operation._meta.get_field("envelope")
+        operation_fields = list(Operation._meta.concrete_fields)
+        envelope_fields = [f for f in ActionEnvelope._meta.concrete_fields if f.name not in _ENVELOPE_DOCUMENT_ONLY]
+        columns = [f"o.{quote(f.column)}" for f in operation_fields] + [f"e.{quote(f.column)}" for f in envelope_fields]
+        self.link = Operation._meta.get_field("envelope")
         self.sql = (f"SELECT {', '.join(columns)} FROM {quote(Operation._meta.db_table)} o "
                     f"JOIN {quote(ActionEnvelope._meta.db_table)} e "
-                    f"ON e.{quote(link.target_field.column)} = o.{quote(link.column)} "
+                    f"ON e.{quote(self.link.target_field.column)} = o.{quote(self.link.column)} "
                     f"WHERE o.{quote(Operation._meta.get_field('operation_id').column)} = %s FOR UPDATE OF o")
-        self.converters = field_converters(self.operation_fields + self.envelope_fields, connection)
+        self.converters = field_converters(operation_fields + envelope_fields, connection)
+        self.operation_attnames = [f.attname for f in operation_fields]
+        self.envelope_attnames = [f.attname for f in envelope_fields]
 
     def run(self, operation_id: str) -> Operation | None:
         with prepared_cursor() as cursor:
@@ -167,11 +167,10 @@ class _LockedRead:
         if row is None:
             return None
         values = convert_row(list(row), self.converters, connection)
-        split = len(self.operation_fields)
-        operation = Operation.from_db(connection.alias, [f.attname for f in self.operation_fields], values[:split])
-        envelope = ActionEnvelope.from_db(connection.alias, [f.attname for f in self.envelope_fields],
-                                          values[split:])
-        Operation._meta.get_field("envelope").set_cached_value(operation, envelope)
+        split = len(self.operation_attnames)
+        operation = Operation.from_db(connection.alias, self.operation_attnames, values[:split])
+        envelope = ActionEnvelope.from_db(connection.alias, self.envelope_attnames, values[split:])
+        self.link.set_cached_value(operation, envelope)
         return operation
 
 
