@@ -469,7 +469,7 @@ def _state(*, inputs: EnvelopeInputs, now: datetime, held_on: str | None, connec
 
 def _room_amount(amount: Decimal | None) -> Decimal:
     """The amount the session's room is ranked by: the usable amount, else nothing."""
-    if amount is None or amount <= 0 or amount != amount.quantize(AMOUNT_QUANTUM) or amount >= MAX_AMOUNT:
+    if amount is None or amount <= 0 or amount >= MAX_AMOUNT or amount != amount.quantize(AMOUNT_QUANTUM):
         return ZERO
     return amount
 
@@ -789,7 +789,7 @@ def _check_commerce(*, inputs: EnvelopeInputs, task: SimpleNamespace, delegation
     if amount is None or amount <= 0:
         problems.append("a transact action needs parameters.amount, a number greater than 0")
         amount = None
-    elif amount != amount.quantize(AMOUNT_QUANTUM) or amount >= MAX_AMOUNT:
+    elif amount >= MAX_AMOUNT or amount != amount.quantize(AMOUNT_QUANTUM):
         # Amounts are stored with 4 decimal places: a finer amount would be rounded on one
         # side of the ledger and not the other.
         problems.append(f"parameters.amount {amount} has more than 4 decimal places or is too large")

@@ -399,10 +399,17 @@ def test_it_fails_commerce_without_a_liability_binding_or_with_too_little_covera
     ({"amount": -5, "currency": "USD"}, "parameters.amount"),
     ({"amount": 0.00001, "currency": "USD"}, "more than 4 decimal places"),
     ({"amount": 1e15, "currency": "USD"}, "too large"),
+    ({"amount": 1e30, "currency": "USD"}, "too large"),  # beyond what Decimal can quantize to 4 places
 ])
 def test_it_fails_commerce_without_a_usable_amount(parameters, expected):
     world = make_full_world(allowed_parameter_ranges={})
     assert expected in _commerce_reason(world, parameters=parameters)
+
+
+def test_it_passes_a_read_whose_parameters_hold_an_amount_too_large_to_transact():
+    world = make_world()
+    report = envelope_checks(inputs=_inputs(world, parameters={"amount": 1e30}))
+    assert report.passed, report.failed
 
 
 def test_it_fails_commerce_in_another_currency():
