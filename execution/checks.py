@@ -463,15 +463,29 @@ def _state(*, inputs: EnvelopeInputs, now: datetime, held_on: str | None, connec
         "task_id": inputs.task_id, "agent_id": inputs.agent_id, "tool_id": inputs.tool_id,
         "capability_id": inputs.capability_token_ref, "decision_id": inputs.decision_ref,
         "evaluation_id": inputs.policy_decision_ref, "action_id": inputs.action_id,
-        "currency": currency if isinstance(currency, str) and len(currency) == 3 else "",
+        "currency": currency if _is_currency(currency) else "",
         "held_on": held_on or "", "now": now, "amount": _room_amount(amount)}, connection)
 
 
 def _room_amount(amount: Decimal | None) -> Decimal:
     """The amount the session's room is ranked by: the usable amount, else nothing."""
-    if amount is None or amount <= 0 or amount >= MAX_AMOUNT or amount != amount.quantize(AMOUNT_QUANTUM):
-        return ZERO
-    return amount
+    return ZERO if _amount_problem(amount) else amount
+
+
+def _amount_problem(amount: Decimal | None) -> str | None:
+    """Why ``amount`` cannot be transacted, or None when it can."""
+    if amount is None or amount <= 0:
+        return "a transact action needs parameters.amount, a number greater than 0"
+    # Compared with the limit first: quantizing an amount beyond Decimal's precision raises.
+    if amount >= MAX_AMOUNT or amount != amount.quantize(AMOUNT_QUANTUM):
+        # Amounts are stored with 4 decimal places: a finer amount would be rounded on one
+        # side of the ledger and not the other.
+        return f"parameters.amount {amount} has more than 4 decimal places or is too large"
+    return None
+
+
+def _is_currency(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 3
 
 
 def _spending_part(connection, depth: int) -> _Part:
@@ -786,15 +800,11 @@ def _check_commerce(*, inputs: EnvelopeInputs, task: SimpleNamespace, delegation
     problems = []
     amount = _to_decimal(inputs.parameters.get("amount"))
     currency = inputs.parameters.get("currency")
-    if amount is None or amount <= 0:
-        problems.append("a transact action needs parameters.amount, a number greater than 0")
+    problem = _amount_problem(amount)
+    if problem:
+        problems.append(problem)
         amount = None
-    elif amount >= MAX_AMOUNT or amount != amount.quantize(AMOUNT_QUANTUM):
-        # Amounts are stored with 4 decimal places: a finer amount would be rounded on one
-        # side of the ledger and not the other.
-        problems.append(f"parameters.amount {amount} has more than 4 decimal places or is too large")
-        amount = None
-    if not isinstance(currency, str) or len(currency) != 3:
+    if not _is_currency(currency):
         problems.append("a transact action needs parameters.currency, a 3-letter currency code")
         currency = None
     report.amount, report.currency = amount, currency
