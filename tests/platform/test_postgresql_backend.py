@@ -1,5 +1,7 @@
 """The PostgreSQL backend (agp_project/postgresql): prepared statements and the health check."""
 
+import time
+
 import psycopg
 import pytest
 from django.db import connection
@@ -27,12 +29,21 @@ def test_the_health_check_of_an_idle_healthy_connection_sends_nothing():
 def test_the_health_check_finds_a_terminated_backend_unusable():
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
+    pid = connection.connection.info.backend_pid
     with _pg_connect() as admin:
         admin.autocommit = True
-        admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        # pg_terminate_backend only signals the backend: wait until it has gone, having
+        # sent its error and closed the socket (under load that takes a moment).
+        deadline = time.monotonic() + 10
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+            assert time.monotonic() < deadline, "the backend did not exit"
+            time.sleep(0.01)
 
-    assert connection.is_usable() is False
-    connection.close()
+    try:
+        assert connection.is_usable() is False
+    finally:
+        connection.close()  # never leave the dead connection to the next test
     with connection.cursor() as cursor:  # and a new connection works
         cursor.execute("SELECT 2")
         assert cursor.fetchone() == (2,)
