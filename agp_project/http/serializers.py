@@ -1,22 +1,42 @@
 """Strict request parsing (CONTRACT C1): unknown and read-only fields are a 400."""
 
 import copy
+import functools
 import types
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
 
 from rest_framework import serializers
-from rest_framework.fields import Field, empty
+from rest_framework.fields import Field, SkipField, empty
+from rest_framework.relations import PKOnlyObject
 
 from agp_project.ids import ID_PATTERN
 
 
 class FieldCopiesMixin:
-    """Per-instance field copies by ``field_copy`` instead of DRF's deep copy of every declared field."""
+    """Per-instance field copies by ``field_copy`` instead of DRF's deep copy of every declared
+    field, and rendering through the class's shared fields (``rendering_fields``)."""
 
     def get_fields(self):
         return {name: field_copy(field) for name, field in self._declared_fields.items()}
+
+    def to_representation(self, instance):
+        """DRF's ``Serializer.to_representation``, through the class's shared rendering fields.
+
+        An instance that only renders never builds its own bound copies of the fields (most
+        of what rendering one resource costs); see ``rendering_fields`` for why sharing them
+        is safe.
+        """
+        rendered = {}
+        for field in rendering_fields(type(self)):
+            try:
+                attribute = field.get_attribute(instance)
+            except SkipField:
+                continue
+            present = attribute.pk if isinstance(attribute, PKOnlyObject) else attribute
+            rendered[field.field_name] = None if present is None else field.to_representation(attribute)
+        return rendered
 
 
 class StrictSerializer(FieldCopiesMixin, serializers.Serializer):
@@ -72,6 +92,21 @@ class StrictSerializer(FieldCopiesMixin, serializers.Serializer):
 
 
 _READ_ONLY = serializers.ReadOnlyField()
+
+
+@functools.cache
+def rendering_fields(serializer_class: type[serializers.Serializer]) -> tuple[Field, ...]:
+    """The readable fields of ``serializer_class``, bound once to an instance of their own.
+
+    DRF binds a fresh copy of every field to each serializer instance, because a bound
+    field knows its parent, and through it the root's ``context`` and ``partial``. Turning
+    a value into its representation uses neither here: no field or serializer of the
+    service reads ``context`` (absolute URLs are built by the views), ``partial`` only
+    matters when parsing, and ``to_representation`` of the fields in use writes nothing to
+    the field. So every instance of a class, in every thread, renders through one set of
+    bound fields. Parsing still binds copies to its own instance.
+    """
+    return tuple(serializer_class()._readable_fields)
 
 # Values a field may hold as its default or initial that no request can change in place.
 _IMMUTABLE = (str, bytes, int, float, Decimal, date, time, timedelta, Enum, type(None))

@@ -1,0 +1,121 @@
+"""Rendering through a serializer class's shared fields (agp_project.http.serializers.rendering_fields).
+
+A serializer instance that only renders no longer binds its own copies of the fields. These
+tests pin that it renders exactly what DRF's own ``Serializer.to_representation`` renders
+with per-instance fields, for every resource the API serves, on real rows.
+"""
+
+import pytest
+from django.urls import URLResolver, get_resolver
+from rest_framework import serializers
+
+from agp_project.http.serializers import FieldCopiesMixin, StrictSerializer, rendering_fields
+from agp_project.http.viewsets import AGPViewSet
+from decision.serializers import PolicyEvaluationSerializer
+from tests.admin.world import make_admin_world
+from tests.concurrency import run_together
+
+
+def _api_viewsets() -> list[type[AGPViewSet]]:
+    found, patterns = {}, list(get_resolver().url_patterns)
+    while patterns:
+        pattern = patterns.pop()
+        if isinstance(pattern, URLResolver):
+            patterns.extend(pattern.url_patterns)
+            continue
+        view = getattr(pattern.callback, "cls", None)
+        if isinstance(view, type) and issubclass(view, AGPViewSet):
+            found[view.__name__] = view
+    return [found[name] for name in sorted(found)]
+
+
+def _drf_representation(serializer_class, instance, many=False):
+    """What the class renders when DRF's own ``to_representation`` reads the fields bound to
+    each rendering instance (its own copies), nested serializers included."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FieldCopiesMixin, "to_representation", serializers.Serializer.to_representation)
+        return serializer_class(instance, many=many).data
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_every_resource_renders_as_drf_renders_it_with_fields_of_its_own():
+    make_admin_world()
+    rendered_rows = {}
+    for viewset in _api_viewsets():
+        serializer_class = viewset.serializer_class
+        rows = list(viewset.queryset.all())
+        for row in rows:
+            assert serializer_class(row).data == _drf_representation(serializer_class, row), (viewset, row.pk)
+        if rows:
+            assert serializer_class(rows, many=True).data == _drf_representation(serializer_class, rows, many=True)
+        rendered_rows[viewset.__name__] = len(rows)
+    # One row of every model the API serves: no resource was left out of the comparison.
+    assert len(rendered_rows) >= 19 and all(rendered_rows.values()), rendered_rows
+
+
+def test_rendering_binds_no_fields_to_the_rendering_instance():
+    row = {"evaluation_id": "pe-1", "policy_set_id": "ps-1", "task_id": "t-1", "agent_id": "a", "input": {},
+           "result": {"allow": True, "require_approval": False, "reasons": []}, "input_hash": "sha256:0",
+           "ruleset_hash": "sha256:1", "warnings": [], "evaluated_at": None, "created_at": None}
+    serializer = PolicyEvaluationSerializer(row)
+    assert serializer.data["evaluation_id"] == "pe-1"
+    assert "fields" not in serializer.__dict__  # DRF's cached property was never built
+    shared = rendering_fields(PolicyEvaluationSerializer)
+    assert [f.field_name for f in shared] == [n for n, f in PolicyEvaluationSerializer._declared_fields.items()
+                                              if not f.write_only]
+    assert all(field.parent is not serializer and field.parent is shared[0].parent for field in shared)
+    assert rendering_fields(PolicyEvaluationSerializer) is shared
+
+
+def test_each_serializer_class_renders_through_fields_of_its_own_class():
+    class Narrow(StrictSerializer):
+        type_name = "Narrow"
+        name = serializers.CharField()
+
+    class Wider(Narrow):
+        type_name = "Wider"
+        size = serializers.IntegerField()
+        secret = serializers.CharField(write_only=True)
+
+    row = {"name": "n", "size": 3, "secret": "s"}
+    assert Narrow(row).data == {"type": "Narrow", "name": "n"}
+    assert Wider(row).data == {"type": "Wider", "name": "n", "size": 3}
+    assert Wider([row, row], many=True).data == [{"type": "Wider", "name": "n", "size": 3}] * 2
+    assert Narrow(row).data == {"type": "Narrow", "name": "n"}
+
+
+def test_missing_attributes_render_as_drf_renders_them():
+    class Optional(StrictSerializer):
+        name = serializers.CharField()
+        note = serializers.CharField(required=False)
+        label = serializers.CharField(default="none")
+        maybe = serializers.CharField(allow_null=True)
+        missing = serializers.CharField()
+
+    # Skipped when not required, the default, null when nullable; a required one missing is an error.
+    row = {"name": "n"}
+    with pytest.raises(KeyError):
+        _drf_representation(Optional, row)
+    with pytest.raises(KeyError):
+        Optional(row).data  # noqa: B018
+    present = {"name": "n", "missing": "m"}
+    assert Optional(present).data == _drf_representation(Optional, present) == {
+        "name": "n", "label": "none", "maybe": None, "missing": "m"}
+
+
+def test_it_renders_correctly_from_many_threads_at_once():
+    rows = [{"evaluation_id": f"pe-{i}", "policy_set_id": "ps-1", "task_id": f"t-{i}", "agent_id": "a",
+             "input": {"i": i}, "result": {"allow": bool(i % 2), "require_approval": False, "reasons": [str(i)]},
+             "input_hash": "sha256:0", "ruleset_hash": "sha256:1", "warnings": [str(i)], "evaluated_at": None,
+             "created_at": None} for i in range(8)]
+
+    def render(row):
+        return lambda: [PolicyEvaluationSerializer(row).data for _ in range(200)]
+
+    results = run_together([render(row) for row in rows])
+    for row, rendered in zip(rows, results, strict=True):
+        assert not isinstance(rendered, Exception), rendered
+        expected = _drf_representation(PolicyEvaluationSerializer, row)
+        assert expected["task_id"] == row["task_id"]
+        assert all(data == expected for data in rendered)
