@@ -25,11 +25,14 @@ class FieldCopiesMixin:
         """DRF's ``Serializer.to_representation``, through the class's shared rendering fields.
 
         An instance that only renders never builds its own bound copies of the fields (most
-        of what rendering one resource costs); see ``rendering_fields`` for why sharing them
-        is safe.
+        of what rendering one resource costs); see ``rendering_fields`` for when sharing them
+        is safe. A class whose fields could read the instance's context renders as DRF does.
         """
+        fields = rendering_fields(type(self))
+        if fields is None:
+            return super().to_representation(instance)
         rendered = {}
-        for field in rendering_fields(type(self)):
+        for field in fields:
             try:
                 attribute = field.get_attribute(instance)
             except SkipField:
@@ -95,18 +98,34 @@ _READ_ONLY = serializers.ReadOnlyField()
 
 
 @functools.cache
-def rendering_fields(serializer_class: type[serializers.Serializer]) -> tuple[Field, ...]:
-    """The readable fields of ``serializer_class``, bound once to an instance of their own.
+def rendering_fields(serializer_class: type[serializers.Serializer]) -> tuple[Field, ...] | None:
+    """The readable fields of ``serializer_class``, bound once to an instance of their own,
+    or None when one of them could read the rendering instance's ``context``.
 
     DRF binds a fresh copy of every field to each serializer instance, because a bound
     field knows its parent, and through it the root's ``context`` and ``partial``. Turning
-    a value into its representation uses neither here: no field or serializer of the
-    service reads ``context`` (absolute URLs are built by the views), ``partial`` only
-    matters when parsing, and ``to_representation`` of the fields in use writes nothing to
-    the field. So every instance of a class, in every thread, renders through one set of
-    bound fields. Parsing still binds copies to its own instance.
+    a value into its representation does not need ``partial`` (it matters when parsing),
+    and the plain fields' ``to_representation`` writes nothing to the field. What can read
+    ``context`` is a method of the serializer (``SerializerMethodField``: the operation's
+    absolute URLs come from the request) or a relational field; a class with one of those,
+    at any depth of nesting, renders through fields bound to each instance, as in DRF.
+    Every instance of any other class, in every thread, renders through one set of bound
+    fields. Parsing still binds copies to its own instance.
     """
-    return tuple(serializer_class()._readable_fields)
+    fields = tuple(serializer_class()._readable_fields)
+    return None if any(_may_read_context(field) for field in fields) else fields
+
+
+def _may_read_context(field: Field) -> bool:
+    if isinstance(field, (serializers.SerializerMethodField, serializers.RelatedField,
+                          serializers.ManyRelatedField)):
+        return True
+    if isinstance(field, serializers.ListSerializer):
+        return _may_read_context(field.child)
+    if isinstance(field, serializers.Serializer):
+        return any(_may_read_context(nested) for nested in field.fields.values())
+    child = getattr(field, "child", None)
+    return isinstance(child, Field) and _may_read_context(child)
 
 # Values a field may hold as its default or initial that no request can change in place.
 _IMMUTABLE = (str, bytes, int, float, Decimal, date, time, timedelta, Enum, type(None))

@@ -6,12 +6,15 @@ with per-instance fields, for every resource the API serves, on real rows.
 """
 
 import pytest
+from django.test import RequestFactory
 from django.urls import URLResolver, get_resolver
 from rest_framework import serializers
+from rest_framework.request import Request
 
 from agp_project.http.serializers import FieldCopiesMixin, StrictSerializer, rendering_fields
 from agp_project.http.viewsets import AGPViewSet
 from decision.serializers import PolicyEvaluationSerializer
+from execution.serializers_operations import OperationSerializer
 from tests.admin.world import make_admin_world
 from tests.concurrency import run_together
 
@@ -29,26 +32,30 @@ def _api_viewsets() -> list[type[AGPViewSet]]:
     return [found[name] for name in sorted(found)]
 
 
-def _drf_representation(serializer_class, instance, many=False):
+def _drf_representation(serializer_class, instance, many=False, context=None):
     """What the class renders when DRF's own ``to_representation`` reads the fields bound to
     each rendering instance (its own copies), nested serializers included."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FieldCopiesMixin, "to_representation", serializers.Serializer.to_representation)
-        return serializer_class(instance, many=many).data
+        return serializer_class(instance, many=many, context=context or {}).data
 
 
 @pytest.mark.django_db
 @pytest.mark.postgres
-def test_every_resource_renders_as_drf_renders_it_with_fields_of_its_own():
+def test_every_resource_renders_as_drf_renders_it_with_fields_of_its_own(settings):
+    settings.AGP_BASE_URL = ""  # URLs from the request in the context, as the API renders them
     make_admin_world()
+    context = {"request": Request(RequestFactory().get("/agp/x", HTTP_HOST="agp.example"))}
     rendered_rows = {}
     for viewset in _api_viewsets():
         serializer_class = viewset.serializer_class
         rows = list(viewset.queryset.all())
         for row in rows:
-            assert serializer_class(row).data == _drf_representation(serializer_class, row), (viewset, row.pk)
+            ours = serializer_class(row, context=context).data
+            assert ours == _drf_representation(serializer_class, row, context=context), (viewset, row.pk)
         if rows:
-            assert serializer_class(rows, many=True).data == _drf_representation(serializer_class, rows, many=True)
+            assert serializer_class(rows, many=True, context=context).data == _drf_representation(
+                serializer_class, rows, many=True, context=context)
         rendered_rows[viewset.__name__] = len(rows)
     # One row of every model the API serves: no resource was left out of the comparison.
     assert len(rendered_rows) >= 19 and all(rendered_rows.values()), rendered_rows
@@ -83,6 +90,49 @@ def test_each_serializer_class_renders_through_fields_of_its_own_class():
     assert Wider(row).data == {"type": "Wider", "name": "n", "size": 3}
     assert Wider([row, row], many=True).data == [{"type": "Wider", "name": "n", "size": 3}] * 2
     assert Narrow(row).data == {"type": "Narrow", "name": "n"}
+
+
+def test_a_class_whose_fields_may_read_the_context_renders_through_fields_of_each_instance(settings):
+    settings.AGP_BASE_URL = ""
+
+    class Nested(StrictSerializer):
+        url = serializers.SerializerMethodField()
+
+        def get_url(self, row):
+            return self.context["request"].build_absolute_uri(f"/x/{row['id']}")
+
+    class Outer(StrictSerializer):
+        id = serializers.CharField()
+        inner = Nested(source="*")
+        many = serializers.ListField(child=serializers.CharField())
+
+    class Plain(StrictSerializer):
+        id = serializers.CharField()
+        pair = serializers.ListField(child=serializers.DictField(child=serializers.IntegerField()))
+
+    assert rendering_fields(OperationSerializer) is None
+    assert rendering_fields(Outer) is None and rendering_fields(Nested) is None
+    assert rendering_fields(Plain) is not None
+    request = Request(RequestFactory().get("/", HTTP_HOST="agp.example"))
+    row = {"id": "r-1", "many": ["a"]}
+    assert Outer(row, context={"request": request}).data == {
+        "id": "r-1", "inner": {"url": "http://agp.example/x/r-1"}, "many": ["a"]}
+
+
+def test_an_operation_renders_its_urls_from_the_request(settings):
+    settings.AGP_BASE_URL = ""
+    operation = {"operation_id": "op-1", "status": "queued", "created_at": None, "updated_at": None,
+                 "envelope_id": "act-1", "callback_url": "", "error": None}
+
+    class Row:
+        def __init__(self, **values):
+            self.__dict__.update(values)
+
+    request = Request(RequestFactory().get("/", HTTP_HOST="agp.example"))
+    rendered = OperationSerializer(Row(**operation), context={"request": request}).data
+    assert rendered["status_url"] == "http://agp.example/agp/operations/op-1"
+    assert rendered["result_url"] == "http://agp.example/agp/action-envelopes/act-1"
+    assert OperationSerializer(Row(**operation)).data["status_url"] == "/agp/operations/op-1"
 
 
 def test_missing_attributes_render_as_drf_renders_them():
