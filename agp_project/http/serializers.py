@@ -7,6 +7,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
 
+from django.utils.functional import cached_property
 from rest_framework import serializers
 from rest_framework.fields import Field, SkipField, empty
 from rest_framework.relations import PKOnlyObject
@@ -62,6 +63,16 @@ class StrictSerializer(FieldCopiesMixin, serializers.Serializer):
         return {name: field_copy(_READ_ONLY if field.read_only else field)
                 for name, field in self._declared_fields.items()}
 
+    @cached_property
+    def fields(self):
+        """The root of a request's parsing reads the class's shared parsing fields
+        (``parsing_fields``); every other instance binds copies of its own, as in DRF."""
+        if hasattr(self, "initial_data") and self.parent is None:
+            shared = parsing_fields(type(self), bool(self.partial))
+            if shared is not None:
+                return shared
+        return serializers.Serializer.fields.func(self)
+
     def to_internal_value(self, data):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
@@ -100,32 +111,58 @@ _READ_ONLY = serializers.ReadOnlyField()
 @functools.cache
 def rendering_fields(serializer_class: type[serializers.Serializer]) -> tuple[Field, ...] | None:
     """The readable fields of ``serializer_class``, bound once to an instance of their own,
-    or None when one of them could read the rendering instance's ``context``.
+    or None when one of them must be bound to each rendering instance.
 
     DRF binds a fresh copy of every field to each serializer instance, because a bound
     field knows its parent, and through it the root's ``context`` and ``partial``. Turning
     a value into its representation does not need ``partial`` (it matters when parsing),
     and the plain fields' ``to_representation`` writes nothing to the field. What can read
     ``context`` is a method of the serializer (``SerializerMethodField``: the operation's
-    absolute URLs come from the request) or a relational field; a class with one of those,
-    at any depth of nesting, renders through fields bound to each instance, as in DRF.
+    absolute URLs come from the request), a relational field, or a validator or default
+    that asks for it; a class with one of those at any depth of nesting (or a mutable
+    default, see ``field_copy``) renders through fields bound to each instance, as in DRF.
     Every instance of any other class, in every thread, renders through one set of bound
-    fields. Parsing still binds copies to its own instance.
+    fields.
     """
     fields = tuple(serializer_class()._readable_fields)
-    return None if any(_may_read_context(field) for field in fields) else fields
+    return None if any(_needs_own_copy(field) for field in fields) else fields
 
 
-def _may_read_context(field: Field) -> bool:
+@functools.cache
+def parsing_fields(serializer_class: type[serializers.Serializer], partial: bool):
+    """The fields a request's parsing reads, bound once to an instance of their own (one
+    for full and one for partial parsing: a field asks its root whether parsing is
+    partial), or None where ``rendering_fields`` would give None.
+
+    Parsing a value writes nothing to a field; the serializer's own ``validate`` and
+    ``validate_<field>`` methods still run on the request's instance, with its context.
+    What each request may change in place, its validated data, is built anew per request;
+    a default that is one shared mutable object is what ``field_copy`` deep-copies, and
+    such a class binds copies to each instance here too.
+    """
+    prototype = serializer_class(data={}, partial=partial)
+    fields = serializers.Serializer.fields.func(prototype)
+    return None if any(_needs_own_copy(field) for field in fields.values()) else fields
+
+
+def _needs_own_copy(field: Field) -> bool:
+    """Whether ``field`` (or one nested in it) reads its root's context, or holds a mutable
+    default: it is then bound to each serializer instance rather than shared."""
     if isinstance(field, (serializers.SerializerMethodField, serializers.RelatedField,
                           serializers.ManyRelatedField)):
         return True
+    if any(getattr(validator, "requires_context", False) for validator in field.validators):
+        return True
+    # (``initial`` is left out: only HTML forms read it, and DRF's list and dict fields hold {} and [].)
+    if getattr(field.default, "requires_context", False) or not _shareable(field.default):
+        return True
     if isinstance(field, serializers.ListSerializer):
-        return _may_read_context(field.child)
+        return _needs_own_copy(field.child)
     if isinstance(field, serializers.Serializer):
-        return any(_may_read_context(nested) for nested in field.fields.values())
+        return any(_needs_own_copy(nested) for nested in field.fields.values())
     child = getattr(field, "child", None)
-    return isinstance(child, Field) and _may_read_context(child)
+    return isinstance(child, Field) and _needs_own_copy(child)
+
 
 # Values a field may hold as its default or initial that no request can change in place.
 _IMMUTABLE = (str, bytes, int, float, Decimal, date, time, timedelta, Enum, type(None))
@@ -168,6 +205,7 @@ def field_copy(field: Field) -> Field:
 
 def _shareable(value) -> bool:
     return value is empty or isinstance(value, _IMMUTABLE) or isinstance(value, _FACTORIES)
+
 
 
 class IdField(serializers.RegexField):

@@ -14,9 +14,10 @@ import pytest
 from rest_framework import serializers
 
 from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer, field_copy
-from decision.serializers import DecisionSerializer, EvidenceBundleSerializer, PolicyEvaluationSerializer
-from registry.serializers import CapabilitySerializer, DelegationChainSerializer, TaskSerializer
+from decision.serializers import EvidenceBundleSerializer, PolicyEvaluationSerializer
+from registry.serializers import DelegationChainSerializer
 from tests.concurrency import run_together
+from tests.platform.serializer_requests import REQUESTS
 
 WHEN = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 
@@ -160,36 +161,7 @@ def test_it_renders_one_and_many_as_before():
     assert SignatureSerializer(signature).data == signature
 
 
-PAYLOADS = {
-    PolicyEvaluationSerializer: [
-        {"policy_set_id": "ps-1", "task_id": "t-1", "agent_id": "a", "input": {"x": [1]}},
-        {"type": "PolicyEvaluation", "policy_set_id": "ps 1", "task_id": "", "agent_id": "a" * 200,
-         "input": [], "result": {}, "warnings": [], "unknown": True},
-        {"policy_set_id": "ps-1", "task_id": "t-1", "agent_id": "a", "created_at": "0999-01-01T00:00:00Z"},
-        {},
-    ],
-    DecisionSerializer: [
-        {"task_id": "t-1", "agent_id": "a", "outcome": "approve", "evidence_refs": ["e-1", "e 2"] + ["e"] * 200},
-        {"task_id": "t-1", "agent_id": "a", "outcome": "nope", "status": "finalised", "rationale": 5},
-        {"task_id": "t-1", "agent_id": "a", "outcome": "approve", "signature": None, "decision_hash": "x"},
-    ],
-    TaskSerializer: [
-        {"task_id": "t-1", "root_principal": "p", "agent_id": "a", "risk_level": "low", "action_class": "read"},
-        {"root_principal": "p" * 300, "agent_id": "", "risk_level": "huge", "action_class": None, "title": []},
-    ],
-    CapabilitySerializer: [
-        {"agent_id": "a", "delegation_id": "d-1", "tool_id": "tool:x", "operations": ["run", "run"],
-         "allowed_parameter_ranges": {"n": {"min": 2, "max": 1}}},
-        {"agent_id": "a", "delegation_id": "d-1", "tool_id": "bad tool", "operations": [],
-         "status": "active"},
-    ],
-    EvidenceBundleSerializer: [
-        {"task_id": "t-1", "items": [{"uri": "https://x/y", "sha256": "0" * 64, "kind": "doc"}]},
-        {"task_id": "t-1", "items": [{"uri": "nope", "sha256": "z", "kind": "doc", "extra": 1}, {}]},
-        {"task_id": "t-1", "items": []},
-    ],
-    Sample: [{"name": "n", "refs": ["a", "b", "c", "d"], "data": {"k": "v"}, "tags": {"a": 1}}],
-}
+PAYLOADS = {**REQUESTS, Sample: [{"name": "n", "refs": ["a", "b", "c", "d"], "data": {"k": "v"}, "tags": {"a": 1}}]}
 
 
 @pytest.mark.parametrize("cls", PAYLOADS, ids=lambda cls: cls.__name__)

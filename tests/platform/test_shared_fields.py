@@ -1,8 +1,10 @@
-"""Rendering through a serializer class's shared fields (agp_project.http.serializers.rendering_fields).
+"""Rendering and parsing through a serializer class's shared fields
+(agp_project.http.serializers.rendering_fields and parsing_fields).
 
-A serializer instance that only renders no longer binds its own copies of the fields. These
-tests pin that it renders exactly what DRF's own ``Serializer.to_representation`` renders
-with per-instance fields, for every resource the API serves, on real rows.
+A serializer instance that only renders, and the root of a request's parsing, no longer bind
+their own copies of the fields. These tests pin that they give exactly what DRF gives with
+fields bound to each instance: every resource the API serves rendered from real rows, and
+requests of every kind parsed, full and partial, valid and not.
 """
 
 import pytest
@@ -11,12 +13,14 @@ from django.urls import URLResolver, get_resolver
 from rest_framework import serializers
 from rest_framework.request import Request
 
-from agp_project.http.serializers import FieldCopiesMixin, StrictSerializer, rendering_fields
+from agp_project.http.serializers import FieldCopiesMixin, StrictSerializer, parsing_fields, rendering_fields
 from agp_project.http.viewsets import AGPViewSet
-from decision.serializers import PolicyEvaluationSerializer
+from decision.serializers import DecisionSerializer, PolicyEvaluationSerializer
+from execution.serializers_envelopes import ActionEnvelopeSerializer
 from execution.serializers_operations import OperationSerializer
 from tests.admin.world import make_admin_world
 from tests.concurrency import run_together
+from tests.platform.serializer_requests import ENVELOPE, REQUESTS
 
 
 def _api_viewsets() -> list[type[AGPViewSet]]:
@@ -169,3 +173,102 @@ def test_it_renders_correctly_from_many_threads_at_once():
         expected = _drf_representation(PolicyEvaluationSerializer, row)
         assert expected["task_id"] == row["task_id"]
         assert all(data == expected for data in rendered)
+
+
+# --- parsing ---------------------------------------------------------------------------------
+def _drf_parse(serializer_class, payload, partial=False, context=None):
+    """(valid, errors, validated data) with fields bound to each instance, as DRF binds them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StrictSerializer, "fields", serializers.Serializer.fields)
+        return _parse(serializer_class, payload, partial, context)
+
+
+def _parse(serializer_class, payload, partial=False, context=None):
+    serializer = serializer_class(data=payload, partial=partial, context=context or {})
+    valid = serializer.is_valid()
+    return valid, serializer.errors, dict(serializer.validated_data) if valid else None
+
+
+@pytest.mark.parametrize("serializer_class", REQUESTS, ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
+def test_every_request_parses_as_drf_parses_it_with_fields_of_its_own(serializer_class, partial):
+    assert parsing_fields(serializer_class, partial) is not None  # the shared path is the one tested
+    for payload in REQUESTS[serializer_class]:
+        assert _parse(serializer_class, payload, partial) == _drf_parse(serializer_class, payload, partial), payload
+
+
+def test_full_and_partial_parsing_share_fields_of_their_own_kind():
+    full = DecisionSerializer(data={"outcome": "approve"})
+    partial = DecisionSerializer(data={"outcome": "approve"}, partial=True)
+    assert not full.is_valid() and set(full.errors) == {"task_id", "agent_id"}
+    assert partial.is_valid(), partial.errors
+    assert partial.validated_data == {"outcome": "approve"}
+    assert full.fields is parsing_fields(DecisionSerializer, False)
+    assert partial.fields is parsing_fields(DecisionSerializer, True)
+    assert all(field.root.partial for field in partial.fields.values())
+    assert not any(field.root.partial for field in full.fields.values())
+
+
+def test_only_the_root_of_a_request_reads_the_shared_fields():
+    envelope = ActionEnvelopeSerializer(data=ENVELOPE)
+    assert envelope.fields is parsing_fields(ActionEnvelopeSerializer, False)
+    rendering = ActionEnvelopeSerializer()
+    assert rendering.fields is not envelope.fields and all(f.parent is rendering for f in rendering.fields.values())
+
+    class Outer(StrictSerializer):
+        inner = DecisionSerializer()
+
+    outer = Outer(data={})
+    nested = outer.fields["inner"]
+    assert nested.fields is not parsing_fields(DecisionSerializer, False)
+    assert all(field.parent is nested for field in nested.fields.values())
+
+
+def test_validate_methods_run_on_the_request_s_own_instance_with_its_context():
+    class Named(StrictSerializer):
+        name = serializers.CharField()
+
+        def validate_name(self, value):
+            return f"{value}@{self.context['tenant']}"
+
+        def validate(self, attrs):
+            return {**attrs, "seen_by": id(self)}
+
+    first = Named(data={"name": "n"}, context={"tenant": "t1"})
+    second = Named(data={"name": "n"}, context={"tenant": "t2"})
+    assert first.is_valid() and second.is_valid()
+    assert first.validated_data == {"name": "n@t1", "seen_by": id(first)}
+    assert second.validated_data == {"name": "n@t2", "seen_by": id(second)}
+    assert first.fields is second.fields is parsing_fields(Named, False)
+
+
+def test_a_field_with_a_mutable_default_or_a_context_validator_is_bound_to_each_request():
+    class Tagged(StrictSerializer):
+        tags = serializers.JSONField(required=False, default=["x"])
+
+    class Owned(StrictSerializer):
+        owner = serializers.CharField(default=serializers.CurrentUserDefault())
+
+    assert parsing_fields(Tagged, False) is None and rendering_fields(Tagged) is None
+    assert parsing_fields(Owned, False) is None
+    first = Tagged(data={})
+    assert first.is_valid()
+    first.validated_data["tags"].append("changed")
+    second = Tagged(data={})
+    assert second.is_valid() and second.validated_data == {"tags": ["x"]}
+    assert first.fields is not second.fields
+
+
+def test_it_parses_correctly_from_many_threads_at_once():
+    payloads = [{**ENVELOPE, "action_id": f"act-{i}", "parameters": {"limit": i}} if i % 2 else
+                {**ENVELOPE, "action_id": f"bad {i}"} for i in range(8)]
+    expected = [_drf_parse(ActionEnvelopeSerializer, payload) for payload in payloads]
+
+    def parse(payload):
+        return lambda: [_parse(ActionEnvelopeSerializer, payload) for _ in range(100)]
+
+    results = run_together([parse(payload) for payload in payloads])
+    for want, got in zip(expected, results, strict=True):
+        assert not isinstance(got, Exception), got
+        assert all(result == want for result in got)
+    assert [want[0] for want in expected] == [bool(i % 2) for i in range(8)]
