@@ -222,6 +222,7 @@ CELERY_BEAT_SCHEDULE["agp.recover_operations"] = {
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["agp_project.http.parsers.StrictJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "agp_project.http.negotiation.JSONContentNegotiation",
     "DEFAULT_AUTHENTICATION_CLASSES": ["auth_tokens.authentication.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["auth_tokens.permissions.HasGroupScope"],
     "UNAUTHENTICATED_USER": None,
