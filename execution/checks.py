@@ -11,7 +11,8 @@ the size of the tables (pinned by tests/execution/test_checks.py):
 1. one row joining every single-row lookup: the task, the capability with its revocation
    flags, the skill, the decision, the policy evaluation with its policy set, the newest
    impact assessment, the newest standing approval, the liability binding, the commerce
-   session and (at execution) the envelope's own payment; multiplied by the agent's
+   session, at execution the envelope's own payment, and at submission an envelope already
+   accepted with the same ``action_id`` (a 409); multiplied by the agent's
    delegation candidates and the blocking escalations (a handful of rows at most);
 2. every link of the candidates' chains by primary key (the materialised paths name
    them), each with whether an agent it was granted to or by is revoked; for
@@ -64,7 +65,7 @@ from registry.scopes import scope_covers, tool_scope
 from registry.selectors import delegation_links, delegation_links_problem
 
 from .choices import PaymentStatus
-from .models import Payment
+from .models import ActionEnvelope, Payment
 
 CHECK_NAMES = (
     "task",
@@ -159,10 +160,12 @@ class CheckReport:
     skill_connector: str | None = None
     skill_endpoint_url: str = ""
     chain_delegation_pks: list[int] = field(default_factory=list)
+    # A submission whose action_id names an envelope already accepted: no check ran.
+    already_accepted: bool = False
 
     @property
     def passed(self) -> bool:
-        return all(result["passed"] for result in self.results)
+        return not self.already_accepted and all(result["passed"] for result in self.results)
 
     @property
     def failed(self) -> list[dict[str, str]]:
@@ -376,12 +379,13 @@ def _revoked(target_type: str, ref: Any) -> Exists:
     return Exists(Revocation.objects.filter(target_type=target_type, target_id=ref))
 
 
-def _state_parts(connection, *, targets: tuple[bool, bool, bool], held: bool) -> dict[str, _Part]:
+def _state_parts(connection, *, targets: tuple[bool, bool, bool], held: bool, new: bool) -> dict[str, _Part]:
     """Statement 1's parts, built with the slots' placeholders (``a.<slot>``).
 
     ``targets``: which of task, decision and action name escalations (the selector leaves
     out an empty one); ``held``: the envelope holds a reservation (execution, replay), so
-    its session is pinned and its payment read.
+    its session is pinned and its payment read; ``new``: a submission, so an envelope
+    already accepted with its action_id is looked for.
     """
     a = SimpleNamespace(**{name: slot.placeholder for name, slot in _STATE_SLOTS.items()})
     root_principal = Subquery(Task.objects.filter(task_id=a.task_id).values("root_principal")[:1])
@@ -430,6 +434,8 @@ def _state_parts(connection, *, targets: tuple[bool, bool, bool], held: bool) ->
     }
     if held:
         querysets["payment"] = Payment.objects.filter(envelope_id=a.action_id).values("id", "status", "amount")[:1]
+    if new:
+        querysets["existing"] = ActionEnvelope.objects.filter(action_id=a.action_id).values("id")[:1]
     parts = {name: _compiled(queryset, connection) for name, queryset in querysets.items()}
     task_id, decision_id, action_id = (value if given else None for value, given in
                                        zip((a.task_id, a.decision_id, a.action_id), targets))
@@ -451,12 +457,12 @@ def _state_parts(connection, *, targets: tuple[bool, bool, bool], held: bool) ->
     return parts
 
 
-def _state(*, inputs: EnvelopeInputs, now: datetime, held_on: str | None, connection) -> dict[str, Any]:
+def _state(*, inputs: EnvelopeInputs, now: datetime, held_on: str | None, new: bool, connection) -> dict[str, Any]:
     """Statement 1 (see the module docstring)."""
     targets = (bool(inputs.task_id), bool(inputs.decision_ref), bool(inputs.action_id))
     held = bool(held_on)
-    statement = _statement(connection, ("state", targets, held),
-                           lambda: (_state_parts(connection, targets=targets, held=held), _STATE_SLOTS))
+    statement = _statement(connection, ("state", targets, held, new),
+                           lambda: (_state_parts(connection, targets=targets, held=held, new=new), _STATE_SLOTS))
     amount = _to_decimal(inputs.parameters.get("amount"))
     currency = inputs.parameters.get("currency")
     return statement.run({
@@ -560,19 +566,27 @@ def _path_prefixes(path: str) -> list[str]:
 
 # --- the checks -------------------------------------------------------------------------------------------
 def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
-                    held_on: str | None = None) -> CheckReport:
+                    held_on: str | None = None, new: bool = False) -> CheckReport:
     """Run all ten C8 checks on ``inputs``; never stops at the first failure.
 
     ``held_on``: the commerce session on which the envelope already holds a reservation
     (execution-time re-check, replay): the commerce check then uses that session and
     counts the envelope's own payment as available to it.
+
+    ``new``: ``inputs`` is a submission (validation or acceptance). Statement 1 then also
+    looks for an envelope already accepted with its ``action_id``; when there is one, no
+    check runs and the report is ``already_accepted`` (and does not pass): the caller
+    answers 409, as for any duplicate id.
     """
     connection = default_connection
     now = now or timezone.now()
     results = _Results()
     report = CheckReport(results=[], parameters_hash=inputs.parameters_hash)
     agent_id = inputs.agent_id
-    state = _state(inputs=inputs, now=now, held_on=held_on, connection=connection)
+    state = _state(inputs=inputs, now=now, held_on=held_on, new=new, connection=connection)
+    if new and state["existing"] is not None:
+        report.already_accepted = True
+        return report
     task, capability = state["task"], state["capability"]
 
     # 1. task ------------------------------------------------------------------------

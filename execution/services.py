@@ -19,11 +19,10 @@ from datetime import datetime
 from typing import NoReturn
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agp_project import errors
-from agp_project.db import prepared_cursor
 from agp_project.ids import new_id
 from agp_project.signing import get_signer, sign_resource
 from agp_project.timeutil import iso
@@ -58,19 +57,16 @@ def envelope_inputs(*, validated: dict) -> EnvelopeInputs:
         parameters=validated.get("parameters") or {}, callback_url=validated.get("callback_url") or "")
 
 
-@functools.cache
-def _envelope_exists_sql() -> str:
-    quote = connection.ops.quote_name
-    return f"SELECT 1 FROM {quote(ActionEnvelope._meta.db_table)} WHERE {quote('action_id')} = %s LIMIT 1"
+def _submission_checks(inputs: EnvelopeInputs) -> CheckReport:
+    """The checks of a submission; 409 when its action_id names an envelope already accepted.
 
-
-def _ensure_new(action_id: str) -> None:
-    # A fixed, prepared statement: on every submission, the ORM's exists() cost more to
-    # build than to answer.
-    with prepared_cursor() as cursor:
-        cursor.execute(_envelope_exists_sql(), [action_id])
-        if cursor.fetchone() is not None:
-            raise errors.duplicate_id("action envelope", "action_id", action_id)
+    The duplicate is found by the checks' first statement, so it costs no round trip of
+    its own, and it is answered before any check's outcome (nothing is recorded).
+    """
+    report = envelope_checks(inputs=inputs, new=True)
+    if report.already_accepted:
+        raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
+    return report
 
 
 def _ledger_payload(inputs: EnvelopeInputs, report: CheckReport, **extra) -> dict:
@@ -124,8 +120,7 @@ def _envelope(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, now: d
 
 def envelope_validate(*, inputs: EnvelopeInputs, actor: str) -> ActionEnvelope:
     """Validate only: the signed envelope as it would execute (unsaved); nothing reserved or run."""
-    _ensure_new(inputs.action_id)
-    report = envelope_checks(inputs=inputs)
+    report = _submission_checks(inputs)
     if not report.passed:
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_VALIDATE)
     envelope = _envelope(inputs=inputs, report=report, actor=actor, now=timezone.now())
@@ -174,8 +169,7 @@ def broker_ensure_reachable(*, timeout: float = BROKER_TIMEOUT_SECONDS) -> None:
 
 def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
     """Validate and accept for asynchronous execution (``Prefer: respond-async``)."""
-    _ensure_new(inputs.action_id)
-    report = envelope_checks(inputs=inputs)
+    report = _submission_checks(inputs)
     if not report.passed:
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_EXECUTE)
     broker_ensure_reachable()
@@ -203,7 +197,7 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
                           resource_id=operation.operation_id, actor=actor,
                           payload={"action_id": envelope.action_id, "status": operation.status})
     except IntegrityError:
-        # Two submissions of one action_id raced past _ensure_new: the unique index decides.
+        # Two submissions of one action_id both passed the checks' look-up: the unique index decides.
         if ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
             raise errors.duplicate_id("action envelope", "action_id", inputs.action_id) from None
         raise

@@ -466,6 +466,23 @@ def test_it_pins_the_query_count_of_each_action_class(django_assert_num_queries)
         assert envelope_checks(inputs=transact_inputs).passed
 
 
+def test_a_submission_s_checks_find_an_accepted_envelope_in_their_first_statement(
+        api, django_assert_num_queries):
+    world = make_world()
+    inputs = _inputs(world)
+    with django_assert_num_queries(2):
+        fresh = envelope_checks(inputs=inputs, new=True)
+    assert fresh.passed and not fresh.already_accepted and len(fresh.results) == 10
+    assert api.post("/agp/action-envelopes", world.envelope_request(action_id=inputs.action_id), format="json",
+                    HTTP_PREFER="respond-async").status_code == 202
+    # Accepted now: one statement, no check runs, and the report does not pass (fails closed).
+    with django_assert_num_queries(1):
+        duplicate = envelope_checks(inputs=inputs, new=True)
+    assert duplicate.already_accepted and not duplicate.passed and duplicate.results == []
+    # Execution and replay check a stored envelope: it is not a duplicate of itself.
+    assert not envelope_checks(inputs=inputs).already_accepted
+
+
 def test_it_rechecks_a_stored_envelope_with_its_own_payment_in_the_same_two_statements(
         api, django_assert_num_queries):
     world = make_full_world(amount_limit=Decimal("50"))

@@ -184,6 +184,45 @@ def test_it_refuses_a_second_execution_of_the_same_action(api):
     assert world.session.reserved_amount == Decimal("50")
 
 
+def test_it_refuses_a_duplicate_before_any_check_and_records_nothing_for_it(api):
+    world = make_full_world()
+    body = world.envelope_request()
+    assert api.post(URL, body, format="json", HTTP_PREFER="respond-async").status_code == 202
+    events = LedgerEvent.objects.count()
+
+    # The same action_id with a body whose checks would fail (no such task): 409, not 422.
+    failing = dict(body, task_id="task-missing")
+    for prefer in ({}, {"HTTP_PREFER": "respond-async"}):
+        response = api.post(URL, failing, format="json", **prefer)
+        assert response.status_code == 409, response.content
+        error = response.json()["error"]
+        assert error["code"] == "AGP_CONFLICT" and body["action_id"] in error["message"]
+    assert LedgerEvent.objects.count() == events
+    assert _events("envelope.rejected", body["action_id"]) == []
+    assert ActionEnvelope.objects.filter(action_id=body["action_id"]).count() == 1
+
+
+def test_a_validation_reads_in_the_checks_two_statements_and_writes_its_event_in_one(api):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    world = make_world()
+    body = world.envelope_request()
+    with CaptureQueriesContext(connection) as captured:
+        response = api.post(URL, body, format="json")
+    assert response.status_code == 200, response.content
+    # (The test's transaction makes the event's own transaction a savepoint.)
+    statements = [query["sql"] for query in captured.captured_queries if "SAVEPOINT" not in query["sql"]]
+    # The checks' two statements (the first also looks for an envelope with this action_id),
+    # then the envelope.validated event: no look-up of the action_id of its own.
+    assert len(statements) == 3, statements
+    assert '"execution_actionenvelope"' in statements[0]
+    assert all(not sql.lstrip().upper().startswith("SELECT 1 FROM") for sql in statements)
+    assert [e.event_type for e in LedgerEvent.objects.filter(resource_id=body["action_id"])] == [
+        "envelope.validated"]
+    assert not ActionEnvelope.objects.filter(action_id=body["action_id"]).exists()
+
+
 # --- strict parsing -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("field", READ_ONLY)
 def test_it_refuses_response_only_fields_in_a_request(api, field):
