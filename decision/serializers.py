@@ -9,7 +9,13 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agp_project.http.serializers import FieldCopiesMixin, IdField, SignatureSerializer, StrictSerializer
+from agp_project.http.serializers import (
+    FieldCopiesMixin,
+    IdField,
+    SignatureSerializer,
+    StrictSerializer,
+    shares_bound_fields,
+)
 
 from .choices import (
     ApprovalVerdict,
@@ -28,6 +34,7 @@ TEXT_MAX = 20000
 AGENT_MAX = 128
 
 
+@shares_bound_fields
 class BlankAsNullMixin:
     """Render the model's empty-string "unset" as JSON null."""
 

@@ -11,7 +11,13 @@ from urllib.parse import urlsplit
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agp_project.http.serializers import IdField, MoneySerializer, SignatureSerializer, StrictSerializer
+from agp_project.http.serializers import (
+    IdField,
+    MoneySerializer,
+    SignatureSerializer,
+    StrictSerializer,
+    shares_bound_fields,
+)
 
 from .choices import (
     ActionClass,
@@ -51,6 +57,7 @@ class AgentField(serializers.CharField):
         super().__init__(**kwargs)
 
 
+@shares_bound_fields
 class ScopeField(serializers.CharField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
@@ -201,6 +208,7 @@ def _is_scalar(value) -> bool:
          "required": ["enum"], "additionalProperties": False},
     ]},
 })
+@shares_bound_fields
 class ParameterRangesField(serializers.Field):
     """``{name: {"min": n, "max": n}}`` (either bound or both) or ``{name: {"enum": [...]}}``.
 
@@ -277,6 +285,7 @@ class CapabilitySerializer(StrictSerializer):
 
 
 # --- skills -------------------------------------------------------------------------------
+@shares_bound_fields
 class HttpUrlField(serializers.URLField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)

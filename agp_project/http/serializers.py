@@ -3,11 +3,13 @@
 import copy
 import functools
 import types
+from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
 
 from django.utils.functional import cached_property
+from rest_framework import fields as drf_fields
 from rest_framework import serializers
 from rest_framework.fields import Field, SkipField, empty
 from rest_framework.relations import PKOnlyObject
@@ -111,45 +113,83 @@ _READ_ONLY = serializers.ReadOnlyField()
 @functools.cache
 def rendering_fields(serializer_class: type[serializers.Serializer]) -> tuple[Field, ...] | None:
     """The readable fields of ``serializer_class``, bound once to an instance of their own,
-    or None when one of them must be bound to each rendering instance.
-
-    DRF binds a fresh copy of every field to each serializer instance, because a bound
-    field knows its parent, and through it the root's ``context`` and ``partial``. Turning
-    a value into its representation does not need ``partial`` (it matters when parsing),
-    and the plain fields' ``to_representation`` writes nothing to the field. What can read
-    ``context`` is a method of the serializer (``SerializerMethodField``: the operation's
-    absolute URLs come from the request), a relational field, or a validator or default
-    that asks for it; a class with one of those at any depth of nesting (or a mutable
-    default, see ``field_copy``) renders through fields bound to each instance, as in DRF.
-    Every instance of any other class, in every thread, renders through one set of bound
-    fields.
-    """
+    or None when they must be bound to each rendering instance (``shares_bound_fields``)."""
+    if not _class_shares(serializer_class):
+        return None
     fields = tuple(serializer_class()._readable_fields)
     return None if any(_needs_own_copy(field) for field in fields) else fields
 
 
 @functools.cache
-def parsing_fields(serializer_class: type[serializers.Serializer], partial: bool):
+def parsing_fields(serializer_class: type[serializers.Serializer], partial: bool) -> Mapping[str, Field] | None:
     """The fields a request's parsing reads, bound once to an instance of their own (one
     for full and one for partial parsing: a field asks its root whether parsing is
-    partial), or None where ``rendering_fields`` would give None.
+    partial), read-only, or None when they must be bound to each request's instance
+    (``shares_bound_fields``).
 
-    Parsing a value writes nothing to a field; the serializer's own ``validate`` and
-    ``validate_<field>`` methods still run on the request's instance, with its context.
-    What each request may change in place, its validated data, is built anew per request;
-    a default that is one shared mutable object is what ``field_copy`` deep-copies, and
-    such a class binds copies to each instance here too.
+    The serializer's own ``validate`` and ``validate_<field>`` methods still run on the
+    request's instance, with its context; what a request may change in place, its
+    validated data, is built anew for each request.
     """
+    if not _class_shares(serializer_class):
+        return None
     prototype = serializer_class(data={}, partial=partial)
     fields = serializers.Serializer.fields.func(prototype)
-    return None if any(_needs_own_copy(field) for field in fields.values()) else fields
+    if any(_needs_own_copy(field) for field in fields.values()):
+        return None
+    return types.MappingProxyType(fields)
+
+
+def shares_bound_fields(cls: type) -> type:
+    """Mark a field or serializer class whose own methods were read and found to use nothing
+    of a bound field's parent, root or context, and not to change a field or a serializer's
+    ``fields``: its instances may then be shared between requests (``rendering_fields``,
+    ``parsing_fields``).
+
+    DRF binds a fresh copy of every field to each serializer instance, because a bound
+    field knows its parent, and through it the root's ``context``, ``instance`` and
+    ``partial``. A shared field is bound to a prototype instance instead, whose context is
+    empty and whose instance is None; only ``partial`` is kept right (one prototype for each
+    value). So sharing is an allow-list, checked for every field of a class at any depth
+    of nesting: each class in a field's (or nested serializer's) MRO must either be one of
+    DRF's field classes audited for this (``_AUDITED``), define no method but ``__init__``,
+    or carry this mark itself (a subclass does not inherit it). Anything else, for example
+    a ``SerializerMethodField`` (an operation's absolute URLs come from the request), a
+    relational field, a ``FileField``, a nested serializer with a ``validate`` method, a
+    validator or default that asks for context, or a mutable default (see ``field_copy``),
+    makes the whole class bind fields to each instance, as DRF does. A root class whose MRO
+    defines ``__init__``, ``get_fields`` or ``fields`` outside the audited classes, without
+    the mark, does too (it may change its fields per instance).
+    """
+    cls._shares_bound_fields = cls  # own mark: compared with the class that holds it
+    return cls
+
+
+def _marked(klass: type) -> bool:
+    return klass.__dict__.get("_shares_bound_fields") is klass
+
+
+@functools.cache
+def _reads_no_binding(cls: type) -> bool:
+    """Whether every class of ``cls``'s MRO is audited, marked, or defines no method but ``__init__``."""
+    for klass in cls.__mro__:
+        if klass in _AUDITED or _marked(klass):
+            continue
+        if any(name != "__init__" and isinstance(value, _METHODS) for name, value in vars(klass).items()):
+            return False
+    return True
+
+
+@functools.cache
+def _class_shares(serializer_class: type) -> bool:
+    """Whether a root class leaves its fields as declared (no per-instance changes)."""
+    return not any(name in vars(klass) for klass in serializer_class.__mro__
+                   if klass not in _AUDITED and not _marked(klass) for name in ("__init__", "get_fields", "fields"))
 
 
 def _needs_own_copy(field: Field) -> bool:
-    """Whether ``field`` (or one nested in it) reads its root's context, or holds a mutable
-    default: it is then bound to each serializer instance rather than shared."""
-    if isinstance(field, (serializers.SerializerMethodField, serializers.RelatedField,
-                          serializers.ManyRelatedField)):
+    """Whether ``field``, or one nested in it, must be bound to each serializer instance."""
+    if not _reads_no_binding(type(field)):
         return True
     if any(getattr(validator, "requires_context", False) for validator in field.validators):
         return True
@@ -162,6 +202,9 @@ def _needs_own_copy(field: Field) -> bool:
         return any(_needs_own_copy(nested) for nested in field.fields.values())
     child = getattr(field, "child", None)
     return isinstance(child, Field) and _needs_own_copy(child)
+
+
+_METHODS = (types.FunctionType, property, functools.cached_property, cached_property, classmethod, staticmethod)
 
 
 # Values a field may hold as its default or initial that no request can change in place.
@@ -222,6 +265,7 @@ class MoneySerializer(StrictSerializer):
     amount = serializers.DecimalField(max_digits=18, decimal_places=4, min_value=0)
 
 
+@shares_bound_fields
 class SignatureSerializer(FieldCopiesMixin, serializers.Serializer):
     """The C9 Signature object, rendered read-only; one component for every app's schema."""
 
@@ -242,3 +286,16 @@ class SignatureSerializer(FieldCopiesMixin, serializers.Serializer):
         if not instance:
             return None
         return super().to_representation(instance)
+
+
+# DRF's classes (its version is pinned) and ours whose methods were read for
+# ``shares_bound_fields``: parsing and rendering read ``partial`` from the root and
+# nothing else of the parent, root or context, and write nothing to the field.
+_AUDITED = frozenset({
+    object, Field, serializers.BaseSerializer, serializers.Serializer, serializers.ListSerializer,
+    serializers.BooleanField, serializers.CharField, serializers.RegexField, serializers.URLField,
+    serializers.ChoiceField, serializers.DateTimeField, serializers.DecimalField, serializers.IntegerField,
+    serializers.FloatField, serializers.ListField, serializers.DictField, serializers.JSONField,
+    serializers.ReadOnlyField, drf_fields._UnvalidatedField,
+    FieldCopiesMixin, StrictSerializer,
+})

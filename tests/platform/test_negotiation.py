@@ -15,7 +15,8 @@ from tests.platform.conftest import assert_envelope
 ACCEPTS = [None, "*/*", "application/json", "", "application/json; indent=4", "application/*", "*/*;q=0.1",
            "text/html", "application/xml", "text/html, application/json;q=0.9", "application/json, text/html",
            "APPLICATION/JSON", "application/jsonx"]
-QUERIES = ["", "format=json", "format=api", "limit=5", "x=1&format=xml"]
+QUERIES = ["", "format=json", "format=api", "limit=5", "x=1&format=xml", "%66ormat=xml", "%66ormat=json",
+           "f%6Frmat=api", "cursor=a%3Db"]
 
 
 def _answer(negotiation, accept, query, suffix, renderers):

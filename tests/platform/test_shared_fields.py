@@ -272,3 +272,140 @@ def test_it_parses_correctly_from_many_threads_at_once():
         assert not isinstance(got, Exception), got
         assert all(result == want for result in got)
     assert [want[0] for want in expected] == [bool(i % 2) for i in range(8)]
+
+
+# --- what may share: an allow-list ------------------------------------------------------------
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def test_every_serializer_of_the_service_shares_its_fields_but_the_operation_s():
+    import execution.serializers  # noqa: F401 - every app's serializers, imported
+    import registry.serializers  # noqa: F401
+
+    ours = {cls for cls in _subclasses(FieldCopiesMixin)
+            if cls.__module__.split(".")[0] in ("agp_project", "registry", "decision", "execution")}
+    assert len(ours) >= 40
+    own = sorted(cls.__name__ for cls in ours if rendering_fields(cls) is None or parsing_fields(cls, False) is None)
+    # Its status and result URLs are built from the request (SerializerMethodField).
+    assert own == ["OperationSerializer"]
+
+
+def _owner_check_refused(serializer_class) -> bool:
+    serializer = serializer_class({"owner": "alice"}, data={"owner": "mallory"}, partial=True)
+    return not serializer.is_valid() and serializer.errors == {"owner": ["Only the owner may change this."]}
+
+
+def test_a_field_that_reads_its_root_is_bound_to_each_request():
+    class OwnerField(serializers.CharField):
+        def to_internal_value(self, data):
+            if data != self.root.instance["owner"]:
+                raise serializers.ValidationError("Only the owner may change this.")
+            return data
+
+    class Patch(StrictSerializer):
+        owner = OwnerField()
+
+    assert parsing_fields(Patch, True) is None and rendering_fields(Patch) is None
+    assert _owner_check_refused(Patch)
+
+
+def test_a_subclass_of_a_marked_field_shares_only_when_marked_itself():
+    from agp_project.http.serializers import shares_bound_fields
+    from registry.serializers import ScopeField
+
+    class Narrower(ScopeField):
+        def to_internal_value(self, data):
+            return super().to_internal_value(data).lower()
+
+    class Plain(StrictSerializer):
+        scope = ScopeField()
+
+    class Unmarked(StrictSerializer):
+        scope = Narrower()
+
+    assert parsing_fields(Plain, False) is not None
+    assert parsing_fields(Unmarked, False) is None
+    marked = shares_bound_fields(type("Marked", (Narrower,), {}))
+
+    class WithMarked(StrictSerializer):
+        scope = marked()
+
+    # The mark is the class's own: Marked adds nothing, but Narrower under it is unmarked.
+    assert parsing_fields(WithMarked, False) is None
+
+
+def test_a_nested_serializer_with_methods_of_its_own_is_bound_to_each_request():
+    class Inner(StrictSerializer):
+        name = serializers.CharField()
+
+        def validate_name(self, value):
+            return f"{value}@{self.context.get('tenant')}"
+
+    class Outer(StrictSerializer):
+        inner = Inner()
+
+    assert parsing_fields(Outer, False) is None
+    outer = Outer(data={"inner": {"name": "n"}}, context={"tenant": "t1"})
+    assert outer.is_valid(), outer.errors
+    assert outer.validated_data == {"inner": {"name": "n@t1"}}
+
+
+def test_relational_file_and_context_validated_fields_are_bound_to_each_request(settings):
+    settings.MEDIA_URL = "/media/"
+
+    class WithFile(StrictSerializer):
+        f = serializers.FileField()
+
+    class WithRelation(StrictSerializer):
+        task = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class NeedsContext:
+        requires_context = True
+
+        def __call__(self, value, field):
+            if value != field.context["expected"]:
+                raise serializers.ValidationError("Unexpected.")
+
+    class WithValidator(StrictSerializer):
+        name = serializers.CharField(validators=[NeedsContext()])
+
+    assert rendering_fields(WithFile) is None and rendering_fields(WithRelation) is None
+    assert parsing_fields(WithValidator, False) is None
+    request = Request(RequestFactory().get("/", HTTP_HOST="agp.example"))
+
+    class Stored:
+        url = "/media/a.txt"
+
+        def __str__(self):
+            return "a.txt"
+
+    assert WithFile({"f": Stored()}, context={"request": request}).data == {"f": "http://agp.example/media/a.txt"}
+    right = WithValidator(data={"name": "x"}, context={"expected": "x"})
+    wrong = WithValidator(data={"name": "y"}, context={"expected": "x"})
+    assert right.is_valid() and not wrong.is_valid()
+
+
+def test_a_class_that_changes_its_fields_per_instance_binds_its_own():
+    class Tweak(StrictSerializer):
+        a = serializers.CharField()
+
+        def __init__(self, *args, optional=False, **kwargs):
+            super().__init__(*args, **kwargs)
+            if optional:
+                self.fields["a"].required = False
+
+    assert parsing_fields(Tweak, False) is None and rendering_fields(Tweak) is None
+    assert Tweak(data={}, optional=True).is_valid()
+    assert not Tweak(data={}).is_valid()  # the first instance's change stayed its own
+
+
+def test_the_shared_parsing_fields_cannot_be_replaced():
+    fields = PolicyEvaluationSerializer(data={}).fields
+    assert fields is parsing_fields(PolicyEvaluationSerializer, False)
+    with pytest.raises(TypeError):
+        fields["task_id"] = serializers.CharField()
+    with pytest.raises(TypeError):
+        del fields["task_id"]
