@@ -48,6 +48,15 @@ def text_placeholder(name: str) -> str:
     return f"{_MARK}{name}{_MARK}"
 
 
+def bind_slots(params: tuple, slots, values: dict) -> list:
+    """A compiled statement's parameters with each argument's value in its slots
+    (``slots``: ``(position, name)`` pairs; ``values``: by name)."""
+    bound = list(params)
+    for index, name in slots:
+        bound[index] = values[name]
+    return bound
+
+
 def holds_placeholder(value) -> bool:
     """Whether compiled SQL or a parameter still carries a placeholder, or a piece of one
     (the ORM inlined or transformed it)."""
@@ -89,11 +98,8 @@ class CompiledQuery:
     def first(self, connection=default_connection, **values):
         """The row for ``values`` (one per argument) as a model instance, or None."""
         compiled = self._compiled.get(connection.alias) or self._compile(connection)
-        params = list(compiled.params)
-        for index, name in compiled.slots:
-            params[index] = values[name]
         with prepared_cursor(connection) as cursor:
-            cursor.execute(compiled.sql, params)
+            cursor.execute(compiled.sql, bind_slots(compiled.params, compiled.slots, values))
             row = cursor.fetchone()
         if row is None:
             return None

@@ -52,7 +52,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agp_project.canonical import content_hash
-from agp_project.db import convert_row, holds_placeholder, prepared_cursor, text_placeholder
+from agp_project.db import bind_slots, convert_row, holds_placeholder, prepared_cursor, text_placeholder
 from decision.models import CommerceSession, Decision, PolicyEvaluation
 from decision.selectors import (
     approvals_standing,
@@ -333,11 +333,8 @@ class _Statement:
     def run(self, values: dict[str, Any], connection) -> dict[str, Any]:
         """``{part: row or None}`` for single-row parts, ``{part: [rows]}`` for the others."""
         adapted = {name: self.slot_kinds[name].adapt(connection, value) for name, value in values.items()}
-        params = list(self.params)
-        for index, name in self.slots:
-            params[index] = adapted[name]
         with prepared_cursor(connection) as cursor:
-            cursor.execute(self.sql, params)
+            cursor.execute(self.sql, bind_slots(self.params, self.slots, adapted))
             rows = cursor.fetchall()
         result = {}
         for name, start, part in self.layout:
