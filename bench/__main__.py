@@ -13,7 +13,9 @@
    bounded in requests and seconds, after a warm-up, and prints one table; the figures
    also go to ``--out`` as JSON.
 
-Scenarios: (a) GET /agp/tasks/{id} (baseline); (b) validate-only POST
+Scenarios: (a) GET /agp/tasks/{id} (baseline), saturated and with one client, and the
+floors under it: gunicorn alone serving ``bench/floor_app.py`` with one client, and
+PostgreSQL's round trip and durable commit from Python; (b) validate-only POST
 /agp/action-envelopes passing all checks, saturated, then at half its saturation rate;
 (c) the same failing a check; (d) respond-async submission and end-to-end completion with
 the noop connector and one worker: submitted while the worker executes, then a backlog
@@ -86,6 +88,70 @@ def memory(pid: int) -> tuple[float, float]:
     return values.get("VmRSS:", 0.0), values.get("VmHWM:", 0.0)
 
 
+def gunicorn(app: str, env: dict, port: int, workers: int, threads: int, var_dir: Path) -> subprocess.Popen:
+    """gunicorn serving ``app`` on loopback as scripts/serve runs it (gthread), its log under ``var_dir``."""
+    return subprocess.Popen(
+        [str(Path(PYTHON).parent / "gunicorn"), app, "--bind", f"127.0.0.1:{port}",
+         "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
+         "--timeout", "120", "--graceful-timeout", "30", "--no-control-socket", "--error-logfile",
+         str(var_dir / "gunicorn.log")], env=env, cwd=ROOT)
+
+
+def wait_answering(process: subprocess.Popen, url: str) -> None:
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            if process.poll() is not None:
+                raise SystemExit("gunicorn exited before answering") from None
+            time.sleep(0.2)
+    raise SystemExit(f"gunicorn did not answer {url} within 60 s")
+
+
+def http_floor(env: dict, args, var_dir: Path) -> dict:
+    """One client against ``bench/floor_app.py`` under the service's gunicorn command (no Django)."""
+    port = args.port + 1
+    web = gunicorn("bench.floor_app:application", env, port, args.web_workers, args.web_threads, var_dir)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_answering(web, base + "/floor")
+        spec = {"base": base, "token": None, "seed": {}, "scenario": "floor", "expect": [200], "mode": "closed",
+                "rate": None, "concurrency": 1, "requests": 200, "duration": 30}
+        load(env, spec)
+        return load(env, dict(spec, requests=min(args.requests, 2000), duration=args.duration))
+    finally:
+        web.send_signal(signal.SIGTERM)
+        web.wait(timeout=30)
+
+
+def database_floor(url: str, n: int = 2000) -> dict:
+    """Median round trip of a prepared ``SELECT 1`` and of a durable one-row ``INSERT`` (autocommit), in ms.
+
+    What any statement, and any durable write, costs from Python on this machine before the
+    statement's own work.
+    """
+    import statistics
+
+    import psycopg
+
+    def median_ms(conn, sql: str) -> float:
+        times = []
+        for _ in range(n):
+            started = time.perf_counter()
+            conn.execute(sql, prepare=True)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times[n // 10:]) * 1e3  # the first tenth is the warm-up
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_probe (id bigserial PRIMARY KEY)")
+        try:
+            return {"round_trip_ms": median_ms(conn, "SELECT 1"),
+                    "durable_insert_ms": median_ms(conn, "INSERT INTO bench_commit_probe DEFAULT VALUES")}
+        finally:
+            conn.execute("DROP TABLE bench_commit_probe")
+
+
 class Stack:
     """gunicorn + one Celery worker, started like scripts/serve starts them."""
 
@@ -93,22 +159,11 @@ class Stack:
                  worker_concurrency: int = 1):
         self.env, self.port, self.var_dir = env, port, var_dir
         self.worker_concurrency = worker_concurrency
-        self.web = subprocess.Popen(
-            [str(Path(PYTHON).parent / "gunicorn"), "agp_project.wsgi:application", "--bind", f"127.0.0.1:{port}",
-             "--workers", str(web_workers), "--worker-class", "gthread", "--threads", str(web_threads),
-             "--timeout", "120", "--graceful-timeout", "30", "--no-control-socket", "--error-logfile",
-             str(var_dir / "gunicorn.log")], env=env, cwd=ROOT)
+        self.web = gunicorn("agp_project.wsgi:application", env, port, web_workers, web_threads, var_dir)
         self.worker = None
         self.worker_start()
         self.base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(self.base + "/healthz", timeout=1)
-                break
-            except OSError:
-                if self.web.poll() is not None:
-                    raise SystemExit("gunicorn exited before answering") from None
-                time.sleep(0.2)
+        wait_answering(self.web, self.base + "/healthz")
         self.peak = {"web": 0.0, "worker": 0.0}
 
     def worker_start(self) -> None:
@@ -241,6 +296,9 @@ def main() -> None:
             results["a"] = scenario("a", (200,))
             log("(a) the same, one client (the latency floor of an authenticated request)")
             results["a1"] = scenario("a", (200,), concurrency=1, requests=min(args.requests, 2000), warmup=0)
+            log("(a) the HTTP floor: gunicorn alone (no Django), one client")
+            results["floor"] = http_floor(env, args, var_dir)
+            results["database_floor"] = database_floor(args.database_url)
         if "b" in args.scenarios:
             log("(b) validate-only POST /agp/action-envelopes, saturated")
             results["b"] = scenario("b", (200,))
@@ -303,11 +361,9 @@ def machine() -> dict:
                   if line.startswith("model name")), "?")
     mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
                       if line.startswith("MemTotal")))
-    import timeit
+    from bench.policy_eval import calibration_us
 
-    # The fixed pure-Python workload of bench/policy_eval.py: 8-10 us on an idle modern x86
-    # core; larger means a slower or busier machine.
-    calibration = min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000 * 1e6
+    calibration = calibration_us()
     return {"nproc": os.cpu_count(), "cpu": model, "memory_gb": round(mem_kb / 1024 / 1024, 1),
             "python": sys.version.split()[0], "load_average": os.getloadavg()[0],
             "calibration_us": round(calibration, 1)}
@@ -325,6 +381,7 @@ def table(results: dict) -> str:
     base = results.get("a", {}).get("throughput")
     http_row("a", "(a) GET /agp/tasks/{id} (baseline)")
     http_row("a1", "(a) the same, 1 client")
+    http_row("floor", "(a) gunicorn alone (no Django), 1 client")
     if "b" in results and base:
         http_row("b", "(b) validate envelope, passes",
                  f">=40% of (a): {results['b']['throughput'] / base:.0%}")
@@ -362,9 +419,13 @@ def table(results: dict) -> str:
     lines.append(f"peak RSS: web worker {mem.get('web', {}).get('peak', 0):.0f} MB (now "
                  f"{mem.get('web', {}).get('rss', 0):.0f} MB; budget < 200 MB), Celery worker "
                  f"{mem.get('worker', {}).get('peak', 0):.0f} MB (now {mem.get('worker', {}).get('rss', 0):.0f} MB)")
+    db = results.get("database_floor")
+    if db:
+        lines.append(f"PostgreSQL from Python: SELECT 1 {db['round_trip_ms']:.3f} ms, a durable one-row INSERT "
+                     f"{db['durable_insert_ms']:.3f} ms (medians)")
     lines.append(f"machine: {m.get('nproc')} CPUs, {m.get('cpu')}, {m.get('memory_gb')} GB, Python {m.get('python')}, "
                  f"load average {m.get('load_average', 0):.2f}, calibration sum(range(1000)) = "
-                 f"{m.get('calibration_us')} us (8-10 on an idle modern core)")
+                 f"{m.get('calibration_us')} us (compare within one interpreter only)")
     return "\n".join(lines)
 
 

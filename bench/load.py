@@ -32,6 +32,8 @@ def _iso_now() -> str:
 def request_factory(spec: dict):
     """``make(i) -> (method, path, body bytes or None, extra headers, expected statuses)``."""
     scenario, seed = spec["scenario"], spec["seed"]
+    if scenario == "floor":  # bench/floor_app.py: no service, no seed
+        return lambda i: ("GET", "/floor", None, {}, (200,))
     envelope = seed["envelope"]
     json_headers = {"Content-Type": "application/json"}
 
