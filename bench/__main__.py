@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -88,13 +89,33 @@ def memory(pid: int) -> tuple[float, float]:
     return values.get("VmRSS:", 0.0), values.get("VmHWM:", 0.0)
 
 
-def gunicorn(app: str, env: dict, port: int, workers: int, threads: int, var_dir: Path) -> subprocess.Popen:
-    """gunicorn serving ``app`` on loopback as scripts/serve runs it (gthread), its log under ``var_dir``."""
+def gunicorn(app: str, env: dict, port: int, workers: int, threads: int, log_file: Path) -> subprocess.Popen:
+    """gunicorn serving ``app`` on loopback as scripts/serve runs it (gthread)."""
     return subprocess.Popen(
         [str(Path(PYTHON).parent / "gunicorn"), app, "--bind", f"127.0.0.1:{port}",
          "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
          "--timeout", "120", "--graceful-timeout", "30", "--no-control-socket", "--error-logfile",
-         str(var_dir / "gunicorn.log")], env=env, cwd=ROOT)
+         str(log_file)], env=env, cwd=ROOT)
+
+
+def terminate(*processes: subprocess.Popen) -> None:
+    """SIGTERM (a graceful stop) to each process still running, then SIGKILL to any not gone in 30 s."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def wait_answering(process: subprocess.Popen, url: str) -> None:
@@ -111,25 +132,27 @@ def wait_answering(process: subprocess.Popen, url: str) -> None:
 
 def http_floor(env: dict, args, var_dir: Path) -> dict:
     """One client against ``bench/floor_app.py`` under the service's gunicorn command (no Django)."""
-    port = args.port + 1
-    web = gunicorn("bench.floor_app:application", env, port, args.web_workers, args.web_threads, var_dir)
+    port = free_port()
+    web = gunicorn("bench.floor_app:application", env, port, args.web_workers, args.web_threads,
+                   var_dir / "gunicorn-floor.log")
     try:
         base = f"http://127.0.0.1:{port}"
         wait_answering(web, base + "/floor")
+        if web.poll() is not None:  # something else answered on the port
+            raise SystemExit(f"the floor's gunicorn exited (port {port} taken?)")
         spec = {"base": base, "token": None, "seed": {}, "scenario": "floor", "expect": [200], "mode": "closed",
                 "rate": None, "concurrency": 1, "requests": 200, "duration": 30}
         load(env, spec)
         return load(env, dict(spec, requests=min(args.requests, 2000), duration=args.duration))
     finally:
-        web.send_signal(signal.SIGTERM)
-        web.wait(timeout=30)
+        terminate(web)
 
 
 def database_floor(url: str, n: int = 2000) -> dict:
-    """Median round trip of a prepared ``SELECT 1`` and of a durable one-row ``INSERT`` (autocommit), in ms.
-
-    What any statement, and any durable write, costs from Python on this machine before the
-    statement's own work.
+    """Median time of a prepared ``SELECT 1`` and of a durable one-row ``INSERT`` (autocommit)
+    through psycopg, in ms: what any statement, and any durable write, costs from Python on
+    this machine before the statement's own work. The table lives in the bench database,
+    which every run recreates.
     """
     import statistics
 
@@ -145,11 +168,10 @@ def database_floor(url: str, n: int = 2000) -> dict:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_probe (id bigserial PRIMARY KEY)")
-        try:
-            return {"round_trip_ms": median_ms(conn, "SELECT 1"),
-                    "durable_insert_ms": median_ms(conn, "INSERT INTO bench_commit_probe DEFAULT VALUES")}
-        finally:
-            conn.execute("DROP TABLE bench_commit_probe")
+        figures = {"round_trip_ms": median_ms(conn, "SELECT 1"),
+                   "durable_insert_ms": median_ms(conn, "INSERT INTO bench_commit_probe DEFAULT VALUES")}
+        conn.execute("DROP TABLE bench_commit_probe")
+    return figures
 
 
 class Stack:
@@ -159,7 +181,8 @@ class Stack:
                  worker_concurrency: int = 1):
         self.env, self.port, self.var_dir = env, port, var_dir
         self.worker_concurrency = worker_concurrency
-        self.web = gunicorn("agp_project.wsgi:application", env, port, web_workers, web_threads, var_dir)
+        self.web = gunicorn("agp_project.wsgi:application", env, port, web_workers, web_threads,
+                            var_dir / "gunicorn.log")
         self.worker = None
         self.worker_start()
         self.base = f"http://127.0.0.1:{port}"
@@ -197,14 +220,7 @@ class Stack:
             return json.load(response)["access_token"]
 
     def stop(self) -> None:
-        for process in (self.web, self.worker):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in (self.web, self.worker):
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        terminate(self.web, self.worker)
 
 
 def load(env: dict, spec: dict) -> dict:
@@ -298,6 +314,7 @@ def main() -> None:
             results["a1"] = scenario("a", (200,), concurrency=1, requests=min(args.requests, 2000), warmup=0)
             log("(a) the HTTP floor: gunicorn alone (no Django), one client")
             results["floor"] = http_floor(env, args, var_dir)
+            log("(a) PostgreSQL from Python: SELECT 1 and a durable one-row INSERT")
             results["database_floor"] = database_floor(args.database_url)
         if "b" in args.scenarios:
             log("(b) validate-only POST /agp/action-envelopes, saturated")

@@ -4,7 +4,7 @@ Served by the same gunicorn command, worker class, workers and threads as the se
 driven by the same load generator, it answers every request with a fixed JSON body after
 reading the request's. Its latency with one client is what gunicorn, loopback and the load
 generator cost a request before the service does anything: the part of every scenario's
-latency that no change to the service can remove.
+latency that no change to the service's own code can remove.
 """
 
 BODY = b'{"floor": true}'
