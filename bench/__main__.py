@@ -35,6 +35,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from bench import floor_app
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 SECRET = "bench-auth-secret-0123456789abcdef0123456789abcdef"
@@ -138,8 +140,9 @@ def http_floor(env: dict, args, var_dir: Path) -> dict:
     try:
         base = f"http://127.0.0.1:{port}"
         wait_answering(web, base + "/floor")
-        if web.poll() is not None:  # something else answered on the port
-            raise SystemExit(f"the floor's gunicorn exited (port {port} taken?)")
+        with urllib.request.urlopen(base + "/floor", timeout=5) as response:
+            if response.read() != floor_app.BODY:  # another server took the port first
+                raise SystemExit(f"port {port} is answered by something other than bench/floor_app.py")
         spec = {"base": base, "token": None, "seed": {}, "scenario": "floor", "expect": [200], "mode": "closed",
                 "rate": None, "concurrency": 1, "requests": 200, "duration": 30}
         load(env, spec)

@@ -58,7 +58,6 @@ SAMPLE_INPUT = {"action_class": "transact", "amount": 250, "merchant": "books.ex
                 "limits": {"auto_approve_max": 100, "hard_max": 1000}}
 
 
-
 def calibration_us() -> float:
     """A fixed pure-Python workload (``sum(range(1000))``), in microseconds, best of five.
 
