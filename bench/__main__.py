@@ -143,10 +143,8 @@ def http_floor(env: dict, args, var_dir: Path) -> dict:
         with urllib.request.urlopen(base + "/floor", timeout=5) as response:
             if response.read() != floor_app.BODY:  # another server took the port first
                 raise SystemExit(f"port {port} is answered by something other than bench/floor_app.py")
-        spec = {"base": base, "token": None, "seed": {}, "scenario": "floor", "expect": [200], "mode": "closed",
-                "rate": None, "concurrency": 1, "requests": 200, "duration": 30}
-        load(env, spec)
-        return load(env, dict(spec, requests=min(args.requests, 2000), duration=args.duration))
+        return drive(env, base, None, {}, "floor", (200,), concurrency=1, requests=min(args.requests, 2000),
+                     duration=args.duration)
     finally:
         terminate(web)
 
@@ -234,6 +232,18 @@ def load(env: dict, spec: dict) -> dict:
     return result
 
 
+def drive(env: dict, base: str, token: str | None, seed: dict, name: str, expect: tuple[int, ...], *,
+          concurrency: int, requests: int, duration: float, mode: str = "closed", rate: float | None = None,
+          warmup: int = 200) -> dict:
+    """Scenario ``name`` against ``base`` from the load generator: ``warmup`` requests in a
+    closed loop first (their figures dropped), then the measured run."""
+    spec = {"base": base, "token": token, "seed": seed, "scenario": name, "expect": list(expect), "mode": mode,
+            "rate": rate, "concurrency": concurrency, "requests": requests, "duration": duration}
+    if warmup:
+        load(env, dict(spec, mode="closed", requests=warmup, duration=30))
+    return load(env, spec)
+
+
 def operations_window(database_url: str, since: float) -> tuple[int, int, float, float]:
     """Operations created since ``since`` (epoch s): (count, succeeded, first started_at, last completed_at)."""
     import psycopg
@@ -303,12 +313,9 @@ def main() -> None:
 
         def scenario(name: str, expect: tuple[int, ...], *, mode="closed", rate=None, requests=None,
                      duration=None, concurrency=None, warmup=200) -> dict:
-            spec = {"base": stack.base, "token": token, "seed": seed, "scenario": name, "expect": list(expect),
-                    "mode": mode, "rate": rate, "concurrency": concurrency or args.concurrency,
-                    "requests": requests or args.requests, "duration": duration or args.duration}
-            if warmup:
-                load(env, dict(spec, mode="closed", requests=warmup, duration=30))
-            return load(env, spec)
+            return drive(env, stack.base, token, seed, name, expect, mode=mode, rate=rate,
+                         concurrency=concurrency or args.concurrency, requests=requests or args.requests,
+                         duration=duration or args.duration, warmup=warmup)
 
         if "a" in args.scenarios:
             log("(a) GET /agp/tasks/{id}")
