@@ -250,7 +250,6 @@ def _shareable(value) -> bool:
     return value is empty or isinstance(value, _IMMUTABLE) or isinstance(value, _FACTORIES)
 
 
-
 class IdField(serializers.RegexField):
     """A resource identifier: 1-128 characters of ``[A-Za-z0-9._:-]``."""
 
