@@ -120,6 +120,17 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def ensure_port_free(port: int) -> None:
+    """Exit unless nothing listens on ``port``: a server left from another run would answer
+    in the stack's place while its gunicorn retries the bind, and be measured instead."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise SystemExit(f"port {port} is in use ({exc.strerror}): stop what listens there, or pass --port") from None
+
+
 def wait_answering(process: subprocess.Popen, url: str) -> None:
     for _ in range(300):
         try:
@@ -297,6 +308,7 @@ def main() -> None:
                AGP_DEBUG="false")
     env.pop("AGP_OPA_URL", None)
 
+    ensure_port_free(args.port)
     log(f"recreating {args.database_url} and flushing {args.redis_url}")
     recreate_database(args.database_url)
     flush_redis(args.redis_url)
