@@ -3,6 +3,7 @@
 import contextlib
 import functools
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -161,7 +162,7 @@ def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str
                       payload=payload)
     condition, condition_params = provided or ("", [])
     insert = _RowInsert.of(type(instance), connection, condition)
-    params = [*condition_params, *insert.params(instance, connection), *_event_columns([event])]
+    params = [*condition_params, *insert.params(instance, connection), _events_json([event])]
     for attempt in (1, 2):
         with prepared_cursor() as cursor:
             cursor.execute(insert.sql, params)
@@ -292,19 +293,18 @@ class _Event:
 # prefix, ``canonical_event`` being prefix + sequence + "}", and hashes it as ``chain_hash``
 # does), move the head to the last, insert them. The locking subquery is what queues
 # concurrent writers: once it has waited, it returns the head the previous writer committed.
-# The arrays are the events' columns, in order, sent in binary (%b): psycopg's text format
-# escapes every element with a regular expression, three times the cost. No head row: no
-# event is inserted.
+# The events arrive as one JSON array of records (``_events_json``): one text parameter,
+# which psycopg sends as it is, where nine arrays (one per column) cost its Python array
+# dumpers 20-45 µs an append. No head row: no event is inserted.
 # ``{row}`` is empty, or (``ledger_insert``) a CTE inserting the row the events record,
 # after the lock and only once it is held; ``{provided}`` is empty, or a condition without
 # which the head is not locked, so nothing at all is written.
 _PG_APPEND_TEMPLATE = f"""
 WITH RECURSIVE
 locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1{{provided}} FOR UPDATE),{{row}}
-input AS (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
-                               %b::text[], %b::timestamptz[])
-          WITH ORDINALITY AS i(prefix, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
-                               recorded_at, n)),
+input AS (SELECT * FROM json_to_recordset(%s::json)
+          AS i(n bigint, prefix text, event_id text, event_type text, resource_type text, resource_id text,
+               actor text, payload text, payload_hash text, recorded_at timestamptz)),
 chain AS (
     SELECT 0::bigint AS n, sequence, ''::text AS prev_hash, hash::text AS hash FROM locked
     UNION ALL
@@ -327,18 +327,20 @@ RETURNING sequence, prev_hash, hash{{returning}}
 _PG_APPEND = _PG_APPEND_TEMPLATE.format(row="", returning="", provided="")
 
 
-def _event_columns(events: list[_Event]) -> list[list]:
-    """The append statement's arrays: the events' columns, in order."""
-    rows = [(e.prefix, e.fields["event_id"], e.fields["event_type"], e.fields["resource_type"],
-             e.fields["resource_id"], e.fields["actor"], e.payload_text, e.fields["payload_hash"], e.recorded)
-            for e in events]
-    return [list(column) for column in zip(*rows, strict=True)]
+def _events_json(events: list[_Event]) -> str:
+    """The append statement's one parameter: the events as JSON records, numbered from 1."""
+    return json.dumps([
+        {"n": n, "prefix": e.prefix, "event_id": e.fields["event_id"], "event_type": e.fields["event_type"],
+         "resource_type": e.fields["resource_type"], "resource_id": e.fields["resource_id"],
+         "actor": e.fields["actor"], "payload": e.payload_text, "payload_hash": e.fields["payload_hash"],
+         "recorded_at": e.recorded.isoformat()}
+        for n, e in enumerate(events, start=1)], ensure_ascii=False)
 
 
 def _pg_append(events: list[_Event]) -> list[tuple[int, str, str]]:
     """Append ``events`` in one statement: their (sequence, prev_hash, hash), none without a head row."""
     with prepared_cursor() as cursor:
-        cursor.execute(_PG_APPEND, _event_columns(events))
+        cursor.execute(_PG_APPEND, [_events_json(events)])
         return sorted(cursor.fetchall())  # in sequence order, which is the events' order
 
 
