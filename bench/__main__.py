@@ -5,7 +5,8 @@
    scope; ``AGP_AUTH_SECRET`` is set, so every scenario is authenticated).
 2. Seeds through the services (``bench/seed.py``): thousands of tasks, a delegation tree
    of depth 6, 20 policy sets with real Rego, a world in which an envelope passes all
-   ten checks.
+   ten checks; then ``VACUUM (ANALYZE)`` and ``CHECKPOINT``, so no scenario runs on a
+   table without statistics or into autovacuum or the seeding's checkpoint.
 3. Starts the service as production runs it: gunicorn (gthread, ``--web-workers`` x
    ``--web-threads``) and one Celery worker (``--worker-concurrency`` processes, one per core
    by default, as Celery itself defaults) with beat, on loopback.
@@ -16,7 +17,8 @@
 Scenarios: (a) GET /agp/tasks/{id} (baseline), saturated and with one client, and the
 floors under it: gunicorn alone serving ``bench/floor_app.py`` with one client, and
 PostgreSQL's round trip and durable commit from Python; (b) validate-only POST
-/agp/action-envelopes passing all checks, saturated, then at half its saturation rate;
+/agp/action-envelopes passing all checks, saturated, then at half its saturation rate
+((a) and (b) saturated alternate in ``--rounds`` rounds, since (b)'s budget is a ratio to (a));
 (c) the same failing a check; (d) respond-async submission and end-to-end completion with
 the noop connector and one worker: submitted while the worker executes, then a backlog
 submitted with the worker stopped and drained by it (its own rate); (e) POST /agp/policy-evaluations (and the engine
@@ -36,6 +38,7 @@ import urllib.request
 from pathlib import Path
 
 from bench import floor_app
+from bench.load import percentiles
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -62,6 +65,18 @@ def recreate_database(url: str) -> None:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def settle_database(url: str) -> None:
+    """After seeding, as before any measurement: ``VACUUM (ANALYZE)``, so the planner plans
+    the service's statements on the seeded tables' statistics and autovacuum has nothing
+    left to do while the scenarios run; then ``CHECKPOINT``, so the seeding's dirty pages are
+    written now and the next timed checkpoint falls after the HTTP scenarios."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+        conn.execute("CHECKPOINT")
 
 
 def flush_redis(url: str) -> None:
@@ -245,14 +260,31 @@ def load(env: dict, spec: dict) -> dict:
 
 def drive(env: dict, base: str, token: str | None, seed: dict, name: str, expect: tuple[int, ...], *,
           concurrency: int, requests: int, duration: float, mode: str = "closed", rate: float | None = None,
-          warmup: int = 200) -> dict:
+          warmup: int = 200, latencies: bool = False) -> dict:
     """Scenario ``name`` against ``base`` from the load generator: ``warmup`` requests in a
-    closed loop first (their figures dropped), then the measured run."""
+    closed loop first (their figures dropped), then the measured run (with every latency
+    when ``latencies``)."""
     spec = {"base": base, "token": token, "seed": seed, "scenario": name, "expect": list(expect), "mode": mode,
-            "rate": rate, "concurrency": concurrency, "requests": requests, "duration": duration}
+            "rate": rate, "concurrency": concurrency, "requests": requests, "duration": duration,
+            "latencies": latencies}
     if warmup:
         load(env, dict(spec, mode="closed", requests=warmup, duration=30))
     return load(env, spec)
+
+
+def combined(runs: list[dict]) -> dict:
+    """Several runs of one scenario (``latencies`` kept) as one: requests and time summed,
+    percentiles over every latency."""
+    latencies = [x for run in runs for x in run.pop("latencies")]
+    statuses: dict[str, int] = {}
+    for run in runs:
+        for key, value in run["statuses"].items():
+            statuses[key] = statuses.get(key, 0) + value
+    elapsed = sum(run["elapsed"] for run in runs)
+    return {"requests": len(latencies), "elapsed": elapsed, "throughput": len(latencies) / elapsed,
+            **percentiles(latencies), "statuses": statuses,
+            "unexpected": [u for run in runs for u in run["unexpected"]], "started_at": runs[0]["started_at"],
+            "rounds": [{"requests": run["requests"], "throughput": run["throughput"]} for run in runs]}
 
 
 def operations_window(database_url: str, since: float) -> tuple[int, int, float, float]:
@@ -292,6 +324,9 @@ def main() -> None:
                              "(scripts/serve: AGP_WORKER_CONCURRENCY)")
     parser.add_argument("--requests", type=int, default=4000, help="requests per scenario (at most)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per scenario (at most)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="(a) and (b) saturated run in this many alternating rounds (a, b, a, b, ...), "
+                             "--requests split between them, so drift in the machine's speed reaches both")
     parser.add_argument("--envelopes", type=int, default=2000, help="envelopes submitted in scenario (d)")
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--ledger-events", type=int, default=1_000_000)
@@ -316,7 +351,8 @@ def main() -> None:
                    stdout=subprocess.DEVNULL)
     log(f"seeding through the services ({args.tasks} tasks, delegation tree of depth 6, 20 policy sets)")
     seed = run_json([PYTHON, "-m", "bench.seed", str(args.tasks)], env)
-    log(f"seeded in {seed['seconds']} s")
+    log(f"seeded in {seed['seconds']} s; VACUUM (ANALYZE) and CHECKPOINT")
+    settle_database(args.database_url)
 
     results: dict[str, dict] = {}
     stack = Stack(env, args.port, args.web_workers, args.web_threads, var_dir, args.worker_concurrency)
@@ -324,14 +360,23 @@ def main() -> None:
         token = stack.token()
 
         def scenario(name: str, expect: tuple[int, ...], *, mode="closed", rate=None, requests=None,
-                     duration=None, concurrency=None, warmup=200) -> dict:
+                     duration=None, concurrency=None, warmup=200, latencies=False) -> dict:
             return drive(env, stack.base, token, seed, name, expect, mode=mode, rate=rate,
                          concurrency=concurrency or args.concurrency, requests=requests or args.requests,
-                         duration=duration or args.duration, warmup=warmup)
+                         duration=duration or args.duration, warmup=warmup, latencies=latencies)
 
+        # (b)'s budget is a ratio to (a): both saturated runs alternate, round by round, so a
+        # machine whose speed drifts (a VM's neighbours) slows both alike.
+        saturated = [key for key in "ab" if key in args.scenarios]
+        rounds = {key: [] for key in saturated}
+        for number in range(max(1, args.rounds)):
+            for key in saturated:
+                log(f"(a) GET /agp/tasks/{{id}}, round {number + 1}" if key == "a" else
+                    f"(b) validate-only POST /agp/action-envelopes, saturated, round {number + 1}")
+                rounds[key].append(scenario(key, (200,), requests=max(1, args.requests // max(1, args.rounds)),
+                                            warmup=200 if number == 0 else 0, latencies=True))
+        results.update({key: combined(runs) for key, runs in rounds.items()})
         if "a" in args.scenarios:
-            log("(a) GET /agp/tasks/{id}")
-            results["a"] = scenario("a", (200,))
             log("(a) the same, one client (the latency floor of an authenticated request)")
             results["a1"] = scenario("a", (200,), concurrency=1, requests=min(args.requests, 2000), warmup=0)
             log("(a) the HTTP floor: gunicorn alone (no Django), one client")
@@ -339,8 +384,6 @@ def main() -> None:
             log("(a) PostgreSQL from Python: SELECT 1 and a durable one-row INSERT")
             results["database_floor"] = database_floor(args.database_url)
         if "b" in args.scenarios:
-            log("(b) validate-only POST /agp/action-envelopes, saturated")
-            results["b"] = scenario("b", (200,))
             rate = results["b"]["throughput"] / 2
             log(f"(b) at half its saturation rate ({rate:.0f}/s)")
             results["b_half"] = scenario("b", (200,), mode="open", rate=rate,

@@ -75,6 +75,12 @@ def request_factory(spec: dict):
     raise SystemExit(f"unknown scenario {scenario!r}")
 
 
+def percentiles(ms: list[float]) -> dict[str, float]:
+    """p50, p95 and p99 of ``ms``."""
+    cuts = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else ms * 99
+    return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98]}
+
+
 def run(spec: dict) -> dict:
     url = urlsplit(spec["base"])
     make = request_factory(spec)
@@ -133,10 +139,12 @@ def run(spec: dict) -> dict:
         first_end.append(time.perf_counter())
     elapsed = max(first_end) - start
     ms = sorted(x * 1000 for x in latencies)
-    cuts = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else [ms[0]] * 99
-    return {"requests": len(ms), "elapsed": elapsed, "throughput": len(ms) / elapsed,
-            "p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "statuses": statuses, "unexpected": unexpected,
-            "started_at": time.time() - (time.perf_counter() - start)}
+    result = {"requests": len(ms), "elapsed": elapsed, "throughput": len(ms) / elapsed, **percentiles(ms),
+              "statuses": statuses, "unexpected": unexpected,
+              "started_at": time.time() - (time.perf_counter() - start)}
+    if spec.get("latencies"):  # every latency (ms), for runs the caller combines
+        result["latencies"] = ms
+    return result
 
 
 if __name__ == "__main__":

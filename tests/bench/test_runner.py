@@ -1,0 +1,46 @@
+"""The benchmark's own bookkeeping (bench/__main__.py, bench/load.py): no service involved."""
+
+import socket
+
+import pytest
+
+from bench.__main__ import combined, ensure_port_free
+from bench.load import percentiles
+
+
+def _run(latencies, elapsed, statuses, started_at):
+    return {"requests": len(latencies), "elapsed": elapsed, "throughput": len(latencies) / elapsed,
+            **percentiles(sorted(latencies)), "statuses": statuses, "unexpected": [],
+            "started_at": started_at, "latencies": sorted(latencies)}
+
+
+def test_rounds_combine_into_one_run_over_every_request_and_every_second():
+    first = _run([float(ms) for ms in range(1, 101)], elapsed=2.0, statuses={"200": 100}, started_at=10.0)
+    second = _run([float(ms) for ms in range(101, 201)], elapsed=0.5, statuses={"200": 99, "503": 1},
+                  started_at=20.0)
+
+    run = combined([first, second])
+
+    assert run["requests"] == 200
+    assert run["elapsed"] == 2.5
+    assert run["throughput"] == 80.0  # 200 requests in 2.5 s, not the mean of 50/s and 200/s
+    assert run["p50"] == pytest.approx(100.5)
+    assert run["p99"] == pytest.approx(198.01)
+    assert run["statuses"] == {"200": 199, "503": 1}
+    assert run["started_at"] == 10.0
+    assert run["rounds"] == [{"requests": 100, "throughput": 50.0}, {"requests": 100, "throughput": 200.0}]
+    assert "latencies" not in run and "latencies" not in first
+
+
+def test_percentiles_of_one_latency_are_that_latency():
+    assert percentiles([3.5]) == {"p50": 3.5, "p95": 3.5, "p99": 3.5}
+
+
+def test_a_port_something_listens_on_stops_the_benchmark():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with pytest.raises(SystemExit, match=f"port {port} is in use"):
+            ensure_port_free(port)
+    ensure_port_free(port)  # closed: free again
