@@ -294,8 +294,10 @@ class _Event:
 # does), move the head to the last, insert them. The locking subquery is what queues
 # concurrent writers: once it has waited, it returns the head the previous writer committed.
 # The events arrive as one JSON array of records (``_events_json``): one text parameter,
-# which psycopg sends as it is, where nine arrays (one per column) cost its Python array
-# dumpers 20-45 µs an append. No head row: no event is inserted.
+# which psycopg sends as it is (about 5 µs with the ``json.dumps``), where nine arrays (one
+# per column) cost its Python array dumpers about 21 µs an append. ``recorded_at`` is the
+# string the prefix holds, so the stored time is the hashed one. No head row: no event
+# is inserted.
 # ``{row}`` is empty, or (``ledger_insert``) a CTE inserting the row the events record,
 # after the lock and only once it is held; ``{provided}`` is empty, or a condition without
 # which the head is not locked, so nothing at all is written.
@@ -333,7 +335,7 @@ def _events_json(events: list[_Event]) -> str:
         {"n": n, "prefix": e.prefix, "event_id": e.fields["event_id"], "event_type": e.fields["event_type"],
          "resource_type": e.fields["resource_type"], "resource_id": e.fields["resource_id"],
          "actor": e.fields["actor"], "payload": e.payload_text, "payload_hash": e.fields["payload_hash"],
-         "recorded_at": e.recorded.isoformat()}
+         "recorded_at": iso(e.recorded)}
         for n, e in enumerate(events, start=1)], ensure_ascii=False)
 
 
