@@ -62,6 +62,11 @@ REJECTED = {
     "wrong-issuer": lambda: "Bearer " + sign(claims(iss="someone")),
     "no-issuer": lambda: "Bearer " + sign(claims(iss=None)),
     "no-expiry": lambda: "Bearer " + sign(claims(exp=None)),
+    # Signed with the right secret, so only the expiry's value can fail: past Python's
+    # datetime (year 33658), past any integer type, not a number.
+    "expiry-beyond-datetime": lambda: "Bearer " + sign(claims(exp=10**12)),
+    "expiry-beyond-64-bits": lambda: "Bearer " + sign(claims(exp=2**70)),
+    "expiry-not-a-number": lambda: "Bearer " + sign(claims(exp="tomorrow")),
     "no-subject": lambda: "Bearer " + sign(claims(sub=None)),
     "unknown-subject": lambda: "Bearer " + sign(claims(sub="nobody")),
     "refresh-token-type": lambda: "Bearer " + sign(claims(token_type="refresh")),
