@@ -209,6 +209,10 @@ def test_it_reconnects_after_postgres_kills_its_idle_connections(live):
         assert killed
         for pid in killed:
             admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        # pg_terminate_backend only signals: until a backend has gone, its connection still
+        # looks alive, and a request racing its exit is the mid-request case above (503).
+        wait_for(lambda: not set(killed) & set(_server_backends(admin, waiting_on_lock=False)),
+                 message="the terminated backends to exit")
 
     answers = [session.get(f"{server.url}/agp/tasks", timeout=30).status_code for _ in range(6)]
     assert answers == [200] * 6
