@@ -37,8 +37,8 @@ The same function serves three callers:
 - replay (``execution.replay``): the stored inputs against today's state.
 """
 
-from collections.abc import Callable
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
