@@ -331,12 +331,8 @@ _PG_APPEND = _PG_APPEND_TEMPLATE.format(row="", returning="", provided="")
 
 def _events_json(events: list[_Event]) -> str:
     """The append statement's one parameter: the events as JSON records, numbered from 1."""
-    return json.dumps([
-        {"n": n, "prefix": e.prefix, "event_id": e.fields["event_id"], "event_type": e.fields["event_type"],
-         "resource_type": e.fields["resource_type"], "resource_id": e.fields["resource_id"],
-         "actor": e.fields["actor"], "payload": e.payload_text, "payload_hash": e.fields["payload_hash"],
-         "recorded_at": iso(e.recorded)}
-        for n, e in enumerate(events, start=1)], ensure_ascii=False)
+    return json.dumps([{"n": n, "prefix": e.prefix, **e.fields, "payload": e.payload_text,
+                        "recorded_at": iso(e.recorded)} for n, e in enumerate(events, start=1)], ensure_ascii=False)
 
 
 def _pg_append(events: list[_Event]) -> list[tuple[int, str, str]]:
