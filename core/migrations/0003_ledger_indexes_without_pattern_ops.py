@@ -3,7 +3,8 @@
 ``unique=True`` and ``db_index=True`` on a CharField give PostgreSQL a second index for
 ``LIKE 'prefix%'``, which nothing asks of the ledger; declared in ``Meta`` they are one
 index each (docs/performance.md). The new index and constraint are built before the old
-ones are dropped, in the migration's one transaction.
+ones are dropped, in the migration's one transaction, which holds the ledger's table lock
+throughout: appends wait for it (1.6 s at 1,000,000 events).
 """
 
 from django.db import migrations, models
