@@ -60,7 +60,7 @@ from decision.selectors import (
     impact_assessment_required,
     impact_assessments_newest_first,
 )
-from registry.models import Capability, Delegation, LiabilityBinding, Revocation, Skill, Task
+from registry.models import Capability, Delegation, LiabilityBinding, Revocation, Skill, Task, path_pks
 from registry.scopes import scope_covers, tool_scope
 from registry.selectors import delegation_links, delegation_links_problem
 
@@ -551,10 +551,6 @@ def _chains(connection, *, pks: list[int], paths: list[str]) -> dict[str, Any]:
     return result
 
 
-def _chain_pks(path: str) -> list[int]:
-    return [int(segment) for segment in path.split("/") if segment]
-
-
 def _path_prefixes(path: str) -> list[str]:
     """The materialised paths of a link's chain, root first, as its own path spells them."""
     segments = [segment + "/" for segment in path.split("/") if segment]
@@ -610,11 +606,11 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
         if candidates:
             summed = _path_prefixes(candidates[0].path) if transact else []
             read = _chains(connection, pks=list(dict.fromkeys(
-                pk for candidate in candidates for pk in _chain_pks(candidate.path))), paths=summed)
+                pk for candidate in candidates for pk in path_pks(candidate.path))), paths=summed)
             links, spending = {link.id: link for link in read["links"]}, read.get("spending")
         broken = None
         for candidate in candidates:
-            candidate_chain = [links.get(pk) for pk in _chain_pks(candidate.path)]
+            candidate_chain = [links.get(pk) for pk in path_pks(candidate.path)]
             # The validity rule is the registry's (one definition for C5 and C8).
             problem = (delegation_links_problem(links=candidate_chain, now=now) if candidate_chain
                        else "it has no recorded chain")

@@ -43,6 +43,11 @@ def path_segment(pk: int) -> str:
     return f"{pk:0{PATH_SEGMENT_WIDTH}d}/"
 
 
+def path_pks(path: str) -> list[int]:
+    """The primary keys a materialised ``path`` lists, from the root of the tree down."""
+    return [int(segment) for segment in path.split("/") if segment]
+
+
 class Delegation(models.Model):
     """One link of a delegation chain (CONTRACT C5).
 
@@ -90,7 +95,7 @@ class Delegation(models.Model):
     @property
     def chain_pks(self) -> list[int]:
         """Primary keys from the root of the tree down to this link (from ``path``)."""
-        return [int(segment) for segment in self.path.split("/") if segment]
+        return path_pks(self.path)
 
     @property
     def root_pk(self) -> int:

@@ -17,7 +17,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .choices import ActiveStatus, RevocationTarget
-from .models import Delegation, Revocation
+from .models import Delegation, Revocation, path_pks
 from .scopes import scope_covers
 
 # Parent discovery reads the chains of this many newest candidates first, then (only if
@@ -107,6 +107,41 @@ def delegation_chain_problem(*, delegation: Delegation, now: datetime | None = N
     return _chain_problem(delegation, _chain_rows(delegation.chain_pks), now)
 
 
+def delegation_candidates(*, agent_id: str, root_principal: str, scope: str | Iterable[str] | None = None,
+                          now: datetime | None = None) -> list[tuple[int, str]]:
+    """The active, unexpired delegations to ``agent_id`` under ``root_principal`` covering
+    ``scope``, newest first, as ``(pk, path)``; their chains are not checked (one query)."""
+    now = now or timezone.now()
+    return [
+        (pk, path) for pk, path, granted in
+        Delegation.objects.filter(delegate_agent=agent_id, root_principal=root_principal,
+                                  status=ActiveStatus.ACTIVE, expires_at__gt=now)
+        .order_by("-pk").values_list("pk", "path", "authority_scope")
+        if scope is None or scope_covers(granted, scope)
+    ]
+
+
+def delegation_usable_among(*, candidates: list[tuple[int, str]],
+                            now: datetime | None = None) -> tuple[Delegation, list[Delegation]] | None:
+    """The first of ``candidates`` (``delegation_candidates``) whose whole chain is usable,
+    with that chain (root first, the delegation last); None when there is none.
+
+    One query for the chains of the 16 first candidates, a second only when none of them
+    is usable.
+    """
+    now = now or timezone.now()
+    for batch in (candidates[:_FIRST_BATCH], candidates[_FIRST_BATCH:]):
+        if not batch:
+            continue
+        chains = {pk: path_pks(path) for pk, path in batch}
+        rows = _chain_rows(pk for chain in chains.values() for pk in chain)
+        for pk, chain_pks in chains.items():
+            links = [rows.get(p) for p in chain_pks]
+            if all(_link_problem(link, now) is None for link in links):
+                return rows[pk], links
+    return None
+
+
 def delegation_usable_with_chain(*, agent_id: str, root_principal: str, scope: str | Iterable[str] | None = None,
                                  now: datetime | None = None) -> tuple[Delegation, list[Delegation]] | None:
     """The newest usable delegation to ``agent_id`` under ``root_principal`` covering ``scope``,
@@ -116,20 +151,5 @@ def delegation_usable_with_chain(*, agent_id: str, root_principal: str, scope: s
     candidates is usable), independent of how many delegations are stored.
     """
     now = now or timezone.now()
-    candidates = [
-        (pk, path) for pk, path, granted in
-        Delegation.objects.filter(delegate_agent=agent_id, root_principal=root_principal,
-                                  status=ActiveStatus.ACTIVE, expires_at__gt=now)
-        .order_by("-pk").values_list("pk", "path", "authority_scope")
-        if scope is None or scope_covers(granted, scope)
-    ]
-    for batch in (candidates[:_FIRST_BATCH], candidates[_FIRST_BATCH:]):
-        if not batch:
-            continue
-        chains = {pk: [int(s) for s in path.split("/") if s] for pk, path in batch}
-        rows = _chain_rows(pk for chain in chains.values() for pk in chain)
-        for pk, chain_pks in chains.items():
-            links = [rows.get(p) for p in chain_pks]
-            if all(_link_problem(link, now) is None for link in links):
-                return rows[pk], links
-    return None
+    candidates = delegation_candidates(agent_id=agent_id, root_principal=root_principal, scope=scope, now=now)
+    return delegation_usable_among(candidates=candidates, now=now)

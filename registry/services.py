@@ -39,7 +39,7 @@ from execution.net import url_guard_registration
 
 from . import selectors
 from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, TaskStatus
-from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_segment
+from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_pks, path_segment
 from .scopes import scope_covers, tool_scope
 from .serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
 
@@ -58,16 +58,16 @@ def _lock_agents(agent_ids: Iterable[str]) -> None:
         return
     keys = sorted({int.from_bytes(hashlib.sha256(f"agp-agent:{a}".encode()).digest()[:8], "big", signed=True)
                    for a in agent_ids})
-    with connection.cursor() as cursor:
-        for key in keys:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+    if keys:  # one statement: PostgreSQL evaluates a select list left to right, so in key order
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT " + ", ".join(["pg_advisory_xact_lock(%s)"] * len(keys)), keys)
 
 
 def _lock_tree_roots(root_pks: Iterable[int]) -> None:
     """Lock the root rows of delegation trees (creation and revocation within a tree queue here).
 
     A link created under a parent while an ancestor is being revoked would otherwise
-    commit unseen by the revocation's cascade. Holding the root lock, the creator re-reads
+    commit unseen by the revocation's cascade. Holding the root lock, the creator reads
     the chain after the revoker committed (and refuses), or the revoker's cascade query
     runs after the creator committed (and marks the new link revoked).
     """
@@ -94,10 +94,14 @@ def _future(value: datetime | None, *, field: str, now: datetime) -> None:
 
 
 def _insert(instance: Model, *, id_field: str, type_name: str) -> None:
-    """Insert ``instance``; a duplicate public id is a 409 ``AGP_CONFLICT``."""
+    """Insert ``instance``; a duplicate public id is a 409 ``AGP_CONFLICT``.
+
+    No savepoint of its own (two statements fewer): the refusal ends the caller's
+    transaction, which rolls back. A caller that goes on querying after it wraps the call
+    in ``transaction.atomic()``.
+    """
     try:
-        with transaction.atomic():
-            instance.save(force_insert=True)
+        instance.save(force_insert=True)
     except IntegrityError:
         raise errors.duplicate_id(type_name, id_field, getattr(instance, id_field)) from None
 
@@ -186,24 +190,21 @@ def delegation_create(
 
 def _delegation_parent(*, root_principal: str, delegator_agent: str, authority_scope: list[str],
                        now: datetime) -> tuple[Delegation, list[Delegation]]:
-    """C5 parent discovery, then the tree lock and a re-read of the chain under it."""
-    found = selectors.delegation_usable_with_chain(agent_id=delegator_agent, root_principal=root_principal,
-                                                   scope=authority_scope, now=now)
+    """C5 parent discovery: the candidates, the lock on their trees' roots, then their chains.
+
+    The chains are read once, under the lock: a revocation that committed while we waited
+    for it is seen by that read, so the chain chosen is the chain checked.
+    """
+    candidates = selectors.delegation_candidates(agent_id=delegator_agent, root_principal=root_principal,
+                                                 scope=authority_scope, now=now)
+    _lock_tree_roots(path_pks(path)[0] for _, path in candidates)
+    found = selectors.delegation_usable_among(candidates=candidates, now=now)
     if found is None:
         raise errors.DelegationScopeViolation(
             f"{delegator_agent!r} holds no active delegation from {root_principal!r} covering the requested scope.",
             details={"delegator_agent": delegator_agent, "root_principal": root_principal,
                      "authority_scope": list(authority_scope)})
-    parent, chain = found
-    _lock_tree_roots([parent.root_pk])
-    # Re-read under the lock: a revocation that committed while we waited is seen now.
-    fresh = selectors.delegation_chain(delegation=parent)
-    problem = selectors.delegation_links_problem(links=fresh, now=now)
-    if problem or len(fresh) != len(chain):
-        raise errors.DelegationScopeViolation(
-            f"The parent delegation {parent.delegation_id} stopped being usable: {problem or 'chain changed'}.",
-            details={"parent_delegation_id": parent.delegation_id})
-    return fresh[-1], fresh
+    return found
 
 
 def _delegation_check_cycle(*, chain: list[Delegation], root_principal: str, delegate_agent: str) -> None:
@@ -606,7 +607,8 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
             revocation_id=revocation_id or new_id("rev"), target_type=target_type, target_id=target_id,
             reason=reason, revoked_by=revoked_by or actor, revoked_at=now, created_at=created_at)
         try:
-            _insert(revocation, id_field="revocation_id", type_name="revocation")
+            with transaction.atomic():  # a savepoint: on a refusal the query below still runs
+                _insert(revocation, id_field="revocation_id", type_name="revocation")
         except errors.Conflict:
             if Revocation.objects.filter(target_type=target_type, target_id=target_id).exists():
                 raise _already_revoked(target_type, target_id) from None

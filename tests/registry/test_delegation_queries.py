@@ -66,3 +66,25 @@ def test_it_checks_a_chain_in_one_query_whatever_its_depth():
         with CaptureQueriesContext(connection) as queries:
             assert selectors.delegation_chain_problem(delegation=link) is None
         assert len(queries) == 1
+
+
+def test_it_creates_a_link_in_the_same_eight_statements_whatever_the_depth():
+    """Under the agents' lock: the candidates, the lock on their tree's root, their chains
+    read once under it, the revoked-agent check, the row and its path, the ledger event."""
+    on_postgresql = connection.vendor == "postgresql"
+    for depth in (2, 12):
+        parent = f.chain(depth)[-1]
+        with CaptureQueriesContext(connection) as queries:
+            child = f.child_delegation(parent)
+
+        assert child.depth == depth and child.chain_pks == [*parent.chain_pks, child.pk]
+        statements = [" ".join(q["sql"].split()) for q in queries.captured_queries
+                      if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]  # the test's transaction
+        kinds = [s.split()[0] for s in statements]
+        if on_postgresql:
+            assert kinds == ["SELECT"] * 5 + ["INSERT", "UPDATE", "WITH"], statements
+            assert statements[0].startswith("SELECT pg_advisory_xact_lock(") and statements[0].count("lock(") == 2
+            assert statements[2].endswith("FOR UPDATE") and "registry_delegation" in statements[2]
+            assert "registry_revocation" in statements[3] and "registry_revocation" in statements[4]
+        else:  # no advisory locks, and the ledger's head read, event and head move are three statements
+            assert kinds == ["SELECT"] * 4 + ["INSERT", "UPDATE", "SELECT", "INSERT", "UPDATE"], statements
