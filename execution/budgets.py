@@ -58,8 +58,9 @@ def payment_reserve(*, envelope: ActionEnvelope, session_id: str, amount: Decima
         raise RuntimeError("payment_reserve must run inside the transaction that accepts the envelope")
     now = timezone.now()
     # Queue every reservation in this delegation tree behind one row lock (the root link),
-    # so two sessions under one delegation cannot both take its last headroom.
-    list(Delegation.objects.select_for_update().filter(pk=chain_pks[0]).values_list("pk", flat=True))
+    # so two sessions under one delegation cannot both take its last headroom. NO KEY
+    # UPDATE, as registry's tree lock: it leaves foreign-key checks on the root free.
+    list(Delegation.objects.select_for_update(no_key=True).filter(pk=chain_pks[0]).values_list("pk", flat=True))
     links = [_Link(*row) for row in Delegation.objects.filter(pk__in=chain_pks).order_by("depth", "pk")
              .values_list("pk", "delegation_id", "path", "spend_currency", "spend_amount")]
     sums = CommerceSession.objects.filter(delegation__path__startswith=links[0].path).aggregate(**{

@@ -58,7 +58,10 @@ def _lock_agents(agent_ids: Iterable[str]) -> None:
         return
     keys = sorted({int.from_bytes(hashlib.sha256(f"agp-agent:{a}".encode()).digest()[:8], "big", signed=True)
                    for a in agent_ids})
-    if keys:  # one statement: PostgreSQL evaluates a select list left to right, so in key order
+    # One statement. Keys are sorted, and every statement with as many keys has the same
+    # shape, so whatever order PostgreSQL evaluates its select list in, two transactions
+    # take the keys they share in the same order: no cycle of waits.
+    if keys:
         with connection.cursor() as cursor:
             cursor.execute("SELECT " + ", ".join(["pg_advisory_xact_lock(%s)"] * len(keys)), keys)
 
@@ -70,10 +73,17 @@ def _lock_tree_roots(root_pks: Iterable[int]) -> None:
     commit unseen by the revocation's cascade. Holding the root lock, the creator reads
     the chain after the revoker committed (and refuses), or the revoker's cascade query
     runs after the creator committed (and marks the new link revoked).
+
+    ``FOR NO KEY UPDATE``: it excludes every other tree lock, but not the ``FOR KEY SHARE``
+    a foreign-key check takes on the root link. Those checks run at commit (Django's keys
+    are deferred), after the writer took the ledger head: with ``FOR UPDATE``, a writer
+    holding the root and waiting for the head, and one holding the head and checking a
+    reference to the root, would wait for each other.
     """
     pks = sorted(set(root_pks))
     if pks:
-        list(Delegation.objects.select_for_update().filter(pk__in=pks).order_by("pk").values_list("pk", flat=True))
+        list(Delegation.objects.select_for_update(no_key=True).filter(pk__in=pks).order_by("pk")
+             .values_list("pk", flat=True))
 
 
 def _refuse_revoked_agents(agent_ids: Iterable[str]) -> None:
@@ -96,9 +106,9 @@ def _future(value: datetime | None, *, field: str, now: datetime) -> None:
 def _insert(instance: Model, *, id_field: str, type_name: str) -> None:
     """Insert ``instance``; a duplicate public id is a 409 ``AGP_CONFLICT``.
 
-    No savepoint of its own (two statements fewer): the refusal ends the caller's
-    transaction, which rolls back. A caller that goes on querying after it wraps the call
-    in ``transaction.atomic()``.
+    No savepoint of its own (two statements fewer): the refusal leaves the enclosing atomic
+    block (a savepoint when nested), which rolls back. A caller that goes on querying
+    after a refusal wraps the call in a ``transaction.atomic()`` of its own.
     """
     try:
         instance.save(force_insert=True)
@@ -190,21 +200,36 @@ def delegation_create(
 
 def _delegation_parent(*, root_principal: str, delegator_agent: str, authority_scope: list[str],
                        now: datetime) -> tuple[Delegation, list[Delegation]]:
-    """C5 parent discovery: the candidates, the lock on their trees' roots, then their chains.
+    """C5 parent discovery under the lock of the parent's tree root.
 
-    The chains are read once, under the lock: a revocation that committed while we waited
-    for it is seen by that read, so the chain chosen is the chain checked.
+    The candidates come first (one query). When they all lie in one tree, as they do unless
+    the delegator holds several root grants from this principal, its root is locked and
+    the chains are read once, under the lock: a revocation that committed while we waited
+    is seen by that read, so the parent chosen is the parent checked. Otherwise the parent
+    is chosen first, only its tree is locked, and its chain is read again under the lock.
     """
     candidates = selectors.delegation_candidates(agent_id=delegator_agent, root_principal=root_principal,
                                                  scope=authority_scope, now=now)
-    _lock_tree_roots(path_pks(path)[0] for _, path in candidates)
+    roots = {path_pks(path)[0] for _, path in candidates}
+    if len(roots) == 1:
+        _lock_tree_roots(roots)
     found = selectors.delegation_usable_among(candidates=candidates, now=now)
     if found is None:
         raise errors.DelegationScopeViolation(
             f"{delegator_agent!r} holds no active delegation from {root_principal!r} covering the requested scope.",
             details={"delegator_agent": delegator_agent, "root_principal": root_principal,
                      "authority_scope": list(authority_scope)})
-    return found
+    if len(roots) == 1:
+        return found
+    parent, chain = found
+    _lock_tree_roots([parent.root_pk])
+    fresh = selectors.delegation_chain(delegation=parent)  # under the lock: a revocation that committed is seen
+    problem = selectors.delegation_links_problem(links=fresh, now=now)
+    if problem or len(fresh) != len(chain):
+        raise errors.DelegationScopeViolation(
+            f"The parent delegation {parent.delegation_id} stopped being usable: {problem or 'chain changed'}.",
+            details={"parent_delegation_id": parent.delegation_id})
+    return fresh[-1], fresh
 
 
 def _delegation_check_cycle(*, chain: list[Delegation], root_principal: str, delegate_agent: str) -> None:

@@ -51,9 +51,11 @@ def test_it_resolves_the_parent_in_the_same_number_of_queries_at_10_and_10000_ro
     assert Delegation.objects.count() == 10
     small = measure("agent-small")
 
-    bulk_delegations(9_990, start=10, agent="agent-small")
+    # Another agent, so that each holds one covering grant (two would be two trees: one
+    # statement more, whatever the table's size).
+    bulk_delegations(9_990, start=10, agent="agent-large")
     assert Delegation.objects.count() >= 10_000
-    large = measure("agent-small")
+    large = measure("agent-large")
 
     assert small[0] == 2  # candidates, then their chains with agent revocations joined in
     assert small == large
@@ -68,23 +70,47 @@ def test_it_checks_a_chain_in_one_query_whatever_its_depth():
         assert len(queries) == 1
 
 
-def test_it_creates_a_link_in_the_same_eight_statements_whatever_the_depth():
+def creation_statements(queries) -> list[str]:
+    """The statements of one creation, the savepoint pair of its atomic block (nested in the
+    test's transaction) checked and left out."""
+    statements = [" ".join(q["sql"].split()) for q in queries.captured_queries]
+    savepoints = [s.split()[0] for s in statements if s.startswith(("SAVEPOINT", "RELEASE"))]
+    assert savepoints == ["SAVEPOINT", "RELEASE"], statements  # the service's own, none per insert
+    return [s for s in statements if not s.startswith(("SAVEPOINT", "RELEASE"))]
+
+
+def test_it_creates_a_link_in_a_fixed_number_of_statements_whatever_the_depth():
     """Under the agents' lock: the candidates, the lock on their tree's root, their chains
     read once under it, the revoked-agent check, the row and its path, the ledger event."""
-    on_postgresql = connection.vendor == "postgresql"
     for depth in (2, 12):
         parent = f.chain(depth)[-1]
         with CaptureQueriesContext(connection) as queries:
             child = f.child_delegation(parent)
 
         assert child.depth == depth and child.chain_pks == [*parent.chain_pks, child.pk]
-        statements = [" ".join(q["sql"].split()) for q in queries.captured_queries
-                      if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]  # the test's transaction
+        statements = creation_statements(queries)
         kinds = [s.split()[0] for s in statements]
-        if on_postgresql:
+        if connection.vendor == "postgresql":
             assert kinds == ["SELECT"] * 5 + ["INSERT", "UPDATE", "WITH"], statements
             assert statements[0].startswith("SELECT pg_advisory_xact_lock(") and statements[0].count("lock(") == 2
-            assert statements[2].endswith("FOR UPDATE") and "registry_delegation" in statements[2]
+            assert statements[2].endswith(f"IN ({parent.root_pk}) ORDER BY 1 ASC FOR NO KEY UPDATE"), statements[2]
             assert "registry_revocation" in statements[3] and "registry_revocation" in statements[4]
         else:  # no advisory locks, and the ledger's head read, event and head move are three statements
             assert kinds == ["SELECT"] * 4 + ["INSERT", "UPDATE", "SELECT", "INSERT", "UPDATE"], statements
+
+
+def test_it_locks_only_the_chosen_parents_tree_when_the_candidates_span_several():
+    """A delegator with root grants in two trees: the parent is chosen, its tree locked and
+    its chain read again under the lock (one statement more); the other tree stays free."""
+    older = f.root_delegation(principal=PRINCIPAL, delegate="agent-two-trees", scope=["crm:*"])
+    newer = f.root_delegation(principal=PRINCIPAL, delegate="agent-two-trees", scope=["crm:*"])
+    with CaptureQueriesContext(connection) as queries:
+        child = f.child_delegation(newer, scope=["crm:read"])
+
+    assert child.parent_id == newer.delegation_id and older.root_pk != newer.root_pk
+    statements = creation_statements(queries)
+    if connection.vendor == "postgresql":
+        assert [s.split()[0] for s in statements] == ["SELECT"] * 6 + ["INSERT", "UPDATE", "WITH"], statements
+        locks = [s for s in statements if "FOR NO KEY UPDATE" in s]
+        assert len(locks) == 1 and locks[0].endswith(f"IN ({newer.pk}) ORDER BY 1 ASC FOR NO KEY UPDATE"), locks
+        assert statements.index(locks[0]) == 3  # after the candidates and their chains, before the re-read
