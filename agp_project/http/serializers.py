@@ -253,10 +253,13 @@ def _shareable(value) -> bool:
 class IdField(serializers.RegexField):
     """A resource identifier: 1-128 characters of ``[A-Za-z0-9._:-]``."""
 
+    # A class default, not set after __init__: RegexField builds its validator from the
+    # message in __init__, so a later assignment never reached a client.
+    default_error_messages = {"invalid": "Must be 1-128 characters of [A-Za-z0-9._:-]."}
+
     def __init__(self, **kwargs):
         kwargs.setdefault("max_length", 128)
         super().__init__(ID_PATTERN, **kwargs)
-        self.error_messages["invalid"] = "Must be 1-128 characters of [A-Za-z0-9._:-]."
 
 
 class MoneySerializer(StrictSerializer):

@@ -70,6 +70,13 @@ def test_it_refuses_invalid_tasks(api, change, field):
     assert not Task.objects.exists()
 
 
+def test_it_names_the_identifier_rule_when_an_id_is_malformed(api):
+    error = assert_error(api.post("/agp/tasks", {**TASK, "task_id": "task one!"}, format="json"),
+                         400, "AGP_INVALID_REQUEST")
+    assert error["details"]["fields"]["task_id"] == ["Must be 1-128 characters of [A-Za-z0-9._:-]."]
+    assert not Task.objects.exists()
+
+
 def test_it_refuses_a_duplicate_task_id(api):
     f.task(task_id="task-dup")
     assert_error(api.post("/agp/tasks", {**TASK, "task_id": "task-dup"},
