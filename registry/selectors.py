@@ -147,8 +147,8 @@ def delegation_usable_with_chain(*, agent_id: str, root_principal: str, scope: s
     """The newest usable delegation to ``agent_id`` under ``root_principal`` covering ``scope``,
     with its chain (root first, the delegation last); None when there is none.
 
-    This is C5's parent discovery, reads only (``delegation_create`` locks the parent's
-    tree between the two steps). Two queries (three when none of the 16 newest
+    This is C5's parent discovery as reads only: ``delegation_create`` runs the two steps
+    itself, with the tree lock between or after them. Two queries (three when none of the 16 newest
     candidates is usable), independent of how many delegations are stored.
     """
     now = now or timezone.now()

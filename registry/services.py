@@ -203,7 +203,7 @@ def _delegation_parent(*, root_principal: str, delegator_agent: str, authority_s
     """C5 parent discovery under the lock of the parent's tree root.
 
     The candidates come first (one query). When they all lie in one tree, as they do unless
-    the delegator holds several root grants from this principal, its root is locked and
+    the delegator holds links in several of this principal's trees, its root is locked and
     the chains are read once, under the lock: a revocation that committed while we waited
     is seen by that read, so the parent chosen is the parent checked. Otherwise the parent
     is chosen first, only its tree is locked, and its chain is read again under the lock.

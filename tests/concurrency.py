@@ -1,9 +1,11 @@
-"""Running test calls at the same instant, each in its own thread (races on PostgreSQL or over HTTP)."""
+"""Running test calls at the same instant, each in its own thread (races on PostgreSQL or over HTTP),
+and a second PostgreSQL session beside Django's."""
 
 import threading
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from django.db import connection
 
 
@@ -31,3 +33,11 @@ def run_together(calls: list[Callable[[], Any]], *, timeout: float = 120) -> lis
     for thread in threads:
         thread.join(timeout=timeout)
     return results
+
+
+def pg_connect(**kwargs) -> psycopg.Connection:
+    """A PostgreSQL session of its own on the test database (not Django's connection)."""
+    db = connection.settings_dict
+    return psycopg.connect(host=db.get("HOST") or "127.0.0.1", port=db.get("PORT") or 5432,
+                           user=db.get("USER") or "postgres", password=db.get("PASSWORD") or None,
+                           dbname=db["NAME"], **kwargs)

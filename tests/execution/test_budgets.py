@@ -3,6 +3,8 @@
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agp_project import errors
@@ -33,6 +35,22 @@ def _session(world) -> CommerceSession:
 def _amounts(world):
     session = _session(world)
     return session.reserved_amount, session.spent_amount
+
+
+@pytest.mark.django_db
+def test_it_queues_reservations_on_the_trees_root_leaving_its_reference_checks_free(api):
+    world = make_full_world()
+    with CaptureQueriesContext(connection) as queries:
+        _accept(api, world)
+
+    locks = [" ".join(q["sql"].split()) for q in queries.captured_queries
+             if "registry_delegation" in q["sql"] and " FOR " in q["sql"]]
+    if connection.vendor == "postgresql":  # as registry's tree lock (tests/registry/test_tree_locks.py)
+        assert len(locks) == 1 and locks[0].endswith("FOR NO KEY UPDATE"), locks
+        assert f"= {world.root_delegation.pk}" in locks[0]
+    else:  # SQLite: no row locks
+        assert locks == []
+    assert _amounts(world) == (Decimal("50"), Decimal("0"))
 
 
 @pytest.mark.django_db

@@ -93,7 +93,7 @@ def test_it_creates_a_link_in_a_fixed_number_of_statements_whatever_the_depth():
         if connection.vendor == "postgresql":
             assert kinds == ["SELECT"] * 5 + ["INSERT", "UPDATE", "WITH"], statements
             assert statements[0].startswith("SELECT pg_advisory_xact_lock(") and statements[0].count("lock(") == 2
-            assert statements[2].endswith(f"IN ({parent.root_pk}) ORDER BY 1 ASC FOR NO KEY UPDATE"), statements[2]
+            assert statements[2].endswith("FOR NO KEY UPDATE") and f"IN ({parent.root_pk})" in statements[2]
             assert "registry_revocation" in statements[3] and "registry_revocation" in statements[4]
         else:  # no advisory locks, and the ledger's head read, event and head move are three statements
             assert kinds == ["SELECT"] * 4 + ["INSERT", "UPDATE", "SELECT", "INSERT", "UPDATE"], statements
@@ -112,5 +112,5 @@ def test_it_locks_only_the_chosen_parents_tree_when_the_candidates_span_several(
     if connection.vendor == "postgresql":
         assert [s.split()[0] for s in statements] == ["SELECT"] * 6 + ["INSERT", "UPDATE", "WITH"], statements
         locks = [s for s in statements if "FOR NO KEY UPDATE" in s]
-        assert len(locks) == 1 and locks[0].endswith(f"IN ({newer.pk}) ORDER BY 1 ASC FOR NO KEY UPDATE"), locks
+        assert len(locks) == 1 and locks[0].endswith("FOR NO KEY UPDATE") and f"IN ({newer.pk})" in locks[0], locks
         assert statements.index(locks[0]) == 3  # after the candidates and their chains, before the re-read

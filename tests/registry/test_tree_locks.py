@@ -3,28 +3,20 @@ leaves the foreign-key checks of rows that reference the root free."""
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from registry import services
+from tests.concurrency import pg_connect
 from tests.registry import factories as f
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-def other_connection() -> psycopg.Connection:
-    db = connection.settings_dict
-    other = psycopg.connect(host=db.get("HOST") or "127.0.0.1", port=db.get("PORT") or 5432,
-                            user=db.get("USER") or "postgres", password=db.get("PASSWORD") or None,
-                            dbname=db["NAME"], autocommit=True)
-    other.execute("SET lock_timeout = '2s'")
-    return other
-
-
 def test_a_tree_lock_excludes_other_tree_locks_but_not_a_reference_check_on_the_root():
     root = f.root_delegation()
-    child = f.child_delegation(root)
-    with transaction.atomic(), other_connection() as other:
-        services._lock_tree_roots([child.root_pk])
+    with transaction.atomic(), pg_connect(autocommit=True) as other:
+        services._lock_tree_roots([root.pk])
+        other.execute("SET lock_timeout = '2s'")
 
         # What PostgreSQL's foreign-key check takes on the referenced row: not blocked.
         row = other.execute("SELECT id FROM registry_delegation WHERE id = %s FOR KEY SHARE", [root.pk]).fetchone()

@@ -19,7 +19,6 @@ import threading
 import time
 import uuid
 
-import psycopg
 import pytest
 import redis
 import requests
@@ -29,6 +28,7 @@ from core.models import LedgerEvent
 from execution.models import ActionEnvelope, Operation, OutboxMessage
 from registry.models import Task
 from tests.agp_client.server import LiveServer, database_url, free_port
+from tests.concurrency import pg_connect
 from tests.conftest import AUTH_SECRET
 from tests.execution.factories import make_world
 
@@ -142,13 +142,6 @@ def test_it_answers_503_and_stores_nothing_when_its_redis_broker_dies(live, own_
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------------
-def _pg_connect():
-    db = connection.settings_dict
-    return psycopg.connect(host=db.get("HOST") or "127.0.0.1", port=db.get("PORT") or 5432,
-                           user=db.get("USER") or "postgres", password=db.get("PASSWORD") or None,
-                           dbname=db["NAME"])
-
-
 def _server_backends(admin, *, waiting_on_lock: bool) -> list[int]:
     """The server's connections: not this test's own (Django's, the admin's, the lock holder's)."""
     with connection.cursor() as cursor:
@@ -168,7 +161,7 @@ def test_it_answers_a_clean_503_when_postgres_kills_its_connection_mid_request(l
             "title": "fault", "risk_level": "low", "action_class": "read"}
     headers = {"Idempotency-Key": "pg-kill-1"}
 
-    with _pg_connect() as holder, _pg_connect() as admin:
+    with pg_connect() as holder, pg_connect() as admin:
         admin.autocommit = True
         holder.execute("SET application_name = 'fault-lock-holder'")
         holder.execute("SELECT 1 FROM core_ledgerhead WHERE id = 1 FOR UPDATE")  # ledger appends now queue
@@ -203,7 +196,7 @@ def test_it_reconnects_after_postgres_kills_its_idle_connections(live):
     for _ in range(4):  # both workers hold a connection
         assert session.get(f"{server.url}/agp/tasks", timeout=30).status_code == 200
 
-    with _pg_connect() as admin:
+    with pg_connect() as admin:
         admin.autocommit = True
         killed = _server_backends(admin, waiting_on_lock=False)
         assert killed
