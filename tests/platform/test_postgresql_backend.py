@@ -6,13 +6,13 @@ import psycopg
 import pytest
 from django.db import connection
 
-from tests.reliability.test_faults import _pg_connect
+from tests.concurrency import pg_connect
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def backend_last_query(pid: int) -> str:
-    with _pg_connect() as admin:
+    with pg_connect() as admin:
         return admin.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0]
 
 
@@ -30,7 +30,7 @@ def test_the_health_check_finds_a_terminated_backend_unusable():
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     pid = connection.connection.info.backend_pid
-    with _pg_connect() as admin:
+    with pg_connect() as admin:
         admin.autocommit = True
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
         # pg_terminate_backend only signals the backend: wait until it has gone, having
