@@ -148,8 +148,8 @@ def delegation_usable_with_chain(*, agent_id: str, root_principal: str, scope: s
     with its chain (root first, the delegation last); None when there is none.
 
     This is C5's parent discovery as reads only: ``delegation_create`` runs the two steps
-    itself, with the tree lock between or after them. Two queries (three when none of the 16 newest
-    candidates is usable), independent of how many delegations are stored.
+    itself, with the tree lock between or after them. Two queries (three when none of the
+    16 newest candidates is usable), independent of how many delegations are stored.
     """
     now = now or timezone.now()
     candidates = delegation_candidates(agent_id=agent_id, root_principal=root_principal, scope=scope, now=now)
