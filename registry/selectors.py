@@ -17,6 +17,8 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from agp_project.db import bind_slots
+
 from .choices import ActiveStatus, RevocationTarget
 from .models import Delegation, Revocation, path_pks
 from .scopes import scope_covers
@@ -60,7 +62,7 @@ def delegation_links(*, pks: Iterable[int]) -> QuerySet[Delegation]:
 # ``delegation_links``' SQL per database and number of keys (rounded up to a power of two,
 # the last key repeated): building and compiling the queryset took about three times the
 # CPU of running it (session 7, docs/performance.md).
-_CHAIN_READS: dict[tuple[str, str, int], tuple[str, tuple, tuple[int, ...]]] = {}
+_CHAIN_READS: dict[tuple[str, str, int], tuple[str, tuple, tuple[tuple[int, int], ...]]] = {}
 
 
 def _chain_read(keys: list[int]) -> tuple[str, list]:
@@ -71,12 +73,10 @@ def _chain_read(keys: list[int]) -> tuple[str, list]:
     if compiled is None:
         stand_ins = [-(10 ** 15) - i for i in range(size)]  # keys no row has, found again among the parameters
         sql, params = delegation_links(pks=stand_ins).query.get_compiler(connection=connection).as_sql()
-        compiled = _CHAIN_READS[cache_key] = (sql, tuple(params), tuple(params.index(key) for key in stand_ins))
+        slots = tuple((params.index(key), number) for number, key in enumerate(stand_ins))
+        compiled = _CHAIN_READS[cache_key] = (sql, tuple(params), slots)
     sql, params, slots = compiled
-    bound = list(params)
-    for slot, key in zip(slots, keys + keys[-1:] * (size - len(keys)), strict=True):
-        bound[slot] = key
-    return sql, bound
+    return sql, bind_slots(params, slots, dict(enumerate(keys + keys[-1:] * (size - len(keys)))))
 
 
 def _chain_rows(pks: Iterable[int]) -> dict[int, Delegation]:
