@@ -211,7 +211,8 @@ def _delegation_parent(*, root_principal: str, delegator_agent: str, authority_s
     candidates = selectors.delegation_candidates(agent_id=delegator_agent, root_principal=root_principal,
                                                  scope=authority_scope, now=now)
     roots = {path_pks(path)[0] for _, path in candidates}
-    if len(roots) == 1:
+    one_tree = len(roots) == 1
+    if one_tree:
         _lock_tree_roots(roots)
     found = selectors.delegation_usable_among(candidates=candidates, now=now)
     if found is None:
@@ -219,7 +220,7 @@ def _delegation_parent(*, root_principal: str, delegator_agent: str, authority_s
             f"{delegator_agent!r} holds no active delegation from {root_principal!r} covering the requested scope.",
             details={"delegator_agent": delegator_agent, "root_principal": root_principal,
                      "authority_scope": list(authority_scope)})
-    if len(roots) == 1:
+    if one_tree:
         return found
     parent, chain = found
     _lock_tree_roots([parent.root_pk])
