@@ -32,7 +32,7 @@ from core.models import LedgerEvent
 
 from .choices import CALLBACK_TASK, OPERATION_TERMINAL, WORKER_ACTOR, CallbackStatus
 from .models import CallbackAttempt, Operation, OutboxMessage
-from .net import UnsafeURL, http_post
+from agp_project.net import UnsafeURL, http_post
 from .outbox import outbox_enqueue
 from .serializers_operations import operation_representation
 

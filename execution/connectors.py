@@ -5,7 +5,7 @@ The agent's active Skill for the envelope's ``tool_id`` names the connector:
 - ``noop``: does nothing and returns ``{"ok": true}``. ``parameters.sleep_seconds``
   (bounded by ``AGP_NOOP_MAX_SLEEP_SECONDS``) makes it slow, for demos and tests.
 - ``http``: POSTs the signed envelope to the skill's ``endpoint_url`` through the SSRF
-  guard (execution/net.py), with ``Idempotency-Key: <operation_id>`` so a repeat after a
+  guard (agp_project/net.py), with ``Idempotency-Key: <operation_id>`` so a repeat after a
   worker crash is recognisable as the same call. 2xx is success; a 4xx or a refused URL
   is a failure; timeouts, connection errors, 429 and 5xx are retried a few times in
   process, then a failure.
@@ -31,7 +31,7 @@ from agp_project import errors
 from agp_project.canonical import bytes_hash
 from agp_project.http.parsers import has_nul
 
-from .net import UnsafeURL, http_post
+from agp_project.net import UnsafeURL, http_post
 
 logger = logging.getLogger(__name__)
 

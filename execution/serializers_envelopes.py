@@ -16,7 +16,7 @@ from agp_project.http.serializers import FieldCopiesMixin, IdField, SignatureSer
 from agp_project.timeutil import iso
 
 from .models import ActionEnvelope
-from .net import url_guard
+from agp_project.net import url_guard
 
 def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[str, Any]:
     """The ActionEnvelope as issued; without ``signature`` when ``signed`` is False (what is signed)."""

@@ -1,11 +1,11 @@
-"""The SSRF guard on outbound URLs (execution/net.py)."""
+"""The SSRF guard on outbound URLs (agp_project/net.py)."""
 
 import ipaddress
 
 import pytest
 
-from execution import net
-from execution.net import UnsafeURL, address_refusal, http_post, url_guard
+from agp_project import net
+from agp_project.net import UnsafeURL, address_refusal, http_post, url_guard
 from tests.execution.receiver import receiver  # noqa: F401
 
 
