@@ -2,6 +2,7 @@
 
     python -m bench.ledger seed 1000000   # extend the real chain from the current head
     python -m bench.ledger verify         # time core.ledger.ledger_verify, print JSON
+    python -m bench.ledger hash           # the floor: one process SHA-256-hashing the same bytes
 
 Seeding does not go through the API (a million appends would take an hour): it computes
 the real chain - the same ``canonical_event`` / ``chain_hash`` / ``canonical_json`` as
@@ -90,11 +91,45 @@ def verify() -> dict:
             "events_per_second": result.events / seconds}
 
 
+def hash_rate() -> dict:
+    """The rate at which one process SHA-256-hashes what verification hashes, per event: the
+    previous hash and the canonical event (the chain hash), and the stored payload text (the
+    payload hash). The bytes are read and built first; only the hashing is timed."""
+    import hashlib
+
+    from django.db.models import TextField
+    from django.db.models.functions import Cast
+
+    from agp_project.timeutil import iso
+    from core.ledger import canonical_event
+    from core.models import LedgerEvent
+
+    rows = LedgerEvent.objects.order_by("sequence").values_list(
+        "sequence", "event_id", "event_type", "resource_type", "resource_id", "actor", "payload_hash", "prev_hash",
+        "recorded_at", Cast("payload", TextField()))
+    chained, payloads = [], []
+    for (sequence, event_id, event_type, resource_type, resource_id, actor, payload_hash, prev_hash, recorded_at,
+         payload) in rows.iterator(chunk_size=10000):
+        chained.append(prev_hash.encode("ascii") + canonical_event(
+            sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
+            resource_id=resource_id, actor=actor, payload_hash=payload_hash, recorded_at=iso(recorded_at)))
+        payloads.append(payload.encode("utf-8"))
+    sha256 = hashlib.sha256
+    started = time.perf_counter()
+    for event, payload in zip(chained, payloads, strict=True):
+        sha256(event).hexdigest()
+        sha256(payload).hexdigest()
+    seconds = time.perf_counter() - started
+    return {"events": len(chained), "seconds": seconds, "events_per_second": len(chained) / seconds}
+
+
 if __name__ == "__main__":
     import django
 
     django.setup()
     if sys.argv[1] == "seed":
         print(json.dumps(seed(int(sys.argv[2]))))
+    elif sys.argv[1] == "hash":
+        print(json.dumps(hash_rate()))
     else:
         print(json.dumps(verify()))

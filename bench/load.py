@@ -10,6 +10,9 @@ built by the scenario's request factory:
   moment it was due, so a server that falls behind is charged for the queueing too (no
   coordinated omission).
 
+Every write carries a new ``Idempotency-Key``, as ``agp_client`` sends one on every POST and
+PATCH, unless the spec says ``"keys": false`` (the key-less figure reported beside it).
+
 Both stop after ``requests`` requests or ``duration`` seconds, whichever comes first.
 """
 
@@ -87,6 +90,7 @@ def run(spec: dict) -> dict:
     auth = {"Authorization": f"Bearer {spec['token']}"} if spec.get("token") else {}
     total, duration = spec["requests"], spec["duration"]
     concurrency, mode, rate = spec["concurrency"], spec["mode"], spec.get("rate")
+    keys = spec.get("keys", True)
     counter = itertools.count()
     latencies: list[float] = []
     statuses: dict[str, int] = {}
@@ -109,6 +113,8 @@ def run(spec: dict) -> dict:
             if due is not None and due > now:
                 time.sleep(due - now)
             method, path, body, headers, expected = make(i)
+            if method != "GET" and keys:
+                headers = {**headers, "Idempotency-Key": uuid.uuid4().hex}
             sent = time.perf_counter()
             try:
                 conn.request(method, path, body=body, headers={**auth, **headers})

@@ -7,7 +7,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from bench.__main__ import combined, ensure_port_free, flush_redis
+from bench.__main__ import combined
+from bench.stack import ensure_port_free, flush_redis
 from bench.load import percentiles
 
 

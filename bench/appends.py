@@ -1,0 +1,91 @@
+"""Scenario (h): concurrent ledger appends against PostgreSQL's own durable INSERT rate.
+
+    python -m bench.appends 8 10      # 8 writers for 10 s each way; prints JSON
+
+Two measurements in one run, one after the other, with the same number of writer
+processes, each on its own connection, for the same time:
+
+- ``appends``: each writer calls the service's append, ``core.ledger.ledger_record`` (one
+  event in a transaction of its own, as a validation or a refusal records itself), in a loop;
+- ``inserts``: each writer runs a durable one-row ``INSERT`` in autocommit through psycopg
+  into a table of its own making: what any committed write costs on this database, with
+  group commit sharing the flushes among the writers.
+
+Every append is ordered after the others by the ledger's single head row, so the ratio
+of the two rates is the share of the database's write capacity a single chain can use
+(docs/scaling.md).
+"""
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+
+PROBE_TABLE = "bench_append_probe"
+
+
+def _appender(start: float, stop: float, counts, index: int) -> None:
+    import django
+
+    django.setup()
+    from core.ledger import ledger_record
+
+    ledger_record(event_type="bench.warmup", resource_type="Bench", resource_id=f"w{index}", actor="bench")
+    while time.time() < start:
+        time.sleep(0.001)
+    done = 0
+    while time.time() < stop:
+        ledger_record(event_type="bench.append", resource_type="Bench", resource_id=f"w{index}-{done}",
+                      actor="bench", payload={"writer": index, "n": done})
+        done += 1
+    counts[index] = done
+
+
+def _inserter(url: str, start: float, stop: float, counts, index: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {PROBE_TABLE} (writer) VALUES (%s)", [index], prepare=True)
+        while time.time() < start:
+            time.sleep(0.001)
+        done = 0
+        while time.time() < stop:
+            conn.execute(f"INSERT INTO {PROBE_TABLE} (writer) VALUES (%s)", [index], prepare=True)
+            done += 1
+    counts[index] = done
+
+
+def _run(target, args: tuple, writers: int, seconds: float) -> int:
+    context = multiprocessing.get_context("spawn")
+    counts = context.Array("q", writers)
+    start = time.time() + 3.0  # every process set up and connected before the clock starts
+    stop = start + seconds
+    processes = [context.Process(target=target, args=(*args, start, stop, counts, i)) for i in range(writers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+        if process.exitcode != 0:
+            raise SystemExit(f"a writer exited with {process.exitcode}")
+    return sum(counts)
+
+
+def measure(writers: int, seconds: float) -> dict:
+    import psycopg
+
+    url = os.environ["AGP_DATABASE_URL"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {PROBE_TABLE} (id bigserial PRIMARY KEY, writer int NOT NULL)")
+    try:
+        inserts = _run(_inserter, (url,), writers, seconds)
+        appends = _run(_appender, (), writers, seconds)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {PROBE_TABLE}")
+    return {"writers": writers, "seconds": seconds, "appends": appends, "inserts": inserts,
+            "appends_per_second": appends / seconds, "inserts_per_second": inserts / seconds}
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(int(sys.argv[1]), float(sys.argv[2]))))
