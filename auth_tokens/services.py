@@ -9,31 +9,25 @@ Client lifecycle changes are recorded in the ledger (``api_client.*`` events, re
 type ``ApiClient``); secrets never appear in it.
 """
 
-import functools
 import hashlib
 import hmac
-import json
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.hashers import make_password
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework_simplejwt.backends import TokenBackend
 from rest_framework_simplejwt.tokens import AccessToken
-from rest_framework_simplejwt.utils import aware_utcnow, datetime_from_epoch
 
 from agp_project import errors
-from agp_project.db import prepared_cursor
 from agp_project.ids import is_valid_id
-from agp_project.lru import LRUMap
 from core.ledger import ledger_append
 
 from .models import Client
 from .scopes import ALL_SCOPES
-from .token_cache import VerifiedClaims
 
 RESOURCE_TYPE = "ApiClient"
 BOOTSTRAP_ACTOR = "bootstrap"
@@ -256,42 +250,27 @@ def token_issue(*, client: Client, scopes: list[str]) -> dict:
 
 
 def principal_from_token(raw: str) -> ClientPrincipal:
-    """Validate a bearer token; the principal keeps the scopes both granted and still held."""
-    claims = _token_verified(raw)
-    row = _client_state(claims.client_id)
+    """Validate a bearer token; the principal keeps the scopes both granted and still held.
+
+    The client's row is read on every request, so a disabled client or a rotated secret
+    takes effect at once.
+    """
+    client_id, scope, generation = _token_claims(raw)
+    row = Client.objects.filter(client_id=client_id).values_list("is_active", "scopes", "token_generation").first()
     if row is None or not row[0]:
         raise errors.Unauthenticated("The token's client is unknown or disabled.")
     # Exact, unlike comparing the whole-second iat with the rotation instant: any token
     # minted before the rotation or disabling carries an older generation.
-    active, scopes, token_generation = row
-    if claims.generation != token_generation:
+    _, scopes, token_generation = row
+    if generation != token_generation:
         raise errors.Unauthenticated("The token was issued before the client's secret was rotated or "
                                      "the client was disabled.")
-    return ClientPrincipal(client_id=claims.client_id, scopes=frozenset(set(claims.scope.split()) & set(scopes)))
+    return ClientPrincipal(client_id=client_id, scopes=frozenset(set(scope.split()) & set(scopes or [])))
 
 
-# Tokens that passed every check of _token_verify, by their exact text (docs/decisions/authentication.md).
-# Only the signature and claims are kept: the client's row is read on every request.
-_verified_tokens: LRUMap[VerifiedClaims] = LRUMap(maxsize=4096)
-
-
-def _token_verified(raw: str) -> VerifiedClaims:
-    """The claims of a valid token: from the cache while unexpired, else checked in full."""
-    verified_with = (settings.AGP_AUTH_SECRET, settings.AGP_TOKEN_ISSUER)
-    claims = _verified_tokens.get(raw)
-    if claims is not None:
-        # simplejwt's check_exp: expired once exp <= now - leeway. An expired token, or one
-        # verified under other settings, goes the full way below and gets its answer there.
-        if claims.verified_with == verified_with and aware_utcnow() < claims.expires:
-            return claims
-        _verified_tokens.discard(raw)
-    claims = _token_verify(raw, verified_with)
-    _verified_tokens.put(raw, claims)
-    return claims
-
-
-def _token_verify(raw: str, verified_with: tuple) -> VerifiedClaims:
-    """Signature, algorithm, issuer, expiry, type and our claims; Unauthenticated for any failure."""
+def _token_claims(raw: str) -> tuple[str, str, int]:
+    """``(client_id, scope, generation)`` of a token whose signature, algorithm, issuer,
+    expiry and type hold; Unauthenticated for any failure."""
     try:
         token = ClientAccessToken(raw)
     except Exception as exc:  # simplejwt raises TokenError subclasses; garbage may raise others
@@ -300,30 +279,4 @@ def _token_verify(raw: str, verified_with: tuple) -> VerifiedClaims:
     if not isinstance(client_id, str) or not client_id or not isinstance(scope, str) \
             or not isinstance(generation, int) or isinstance(generation, bool):
         raise errors.Unauthenticated("Invalid token: malformed claims.")
-    expires = datetime_from_epoch(token["exp"]) + token.get_token_backend().get_leeway()
-    return VerifiedClaims(client_id=client_id, scope=scope, generation=generation, expires=expires,
-                          verified_with=verified_with)
-
-
-@functools.cache
-def _client_state_sql() -> str:
-    quote = connection.ops.quote_name
-    return (f"SELECT {quote('is_active')}, {quote('scopes')}, {quote('token_generation')} "
-            f"FROM {quote(Client._meta.db_table)} WHERE {quote('client_id')} = %s")
-
-
-def _client_state(client_id: str) -> tuple[bool, list[str], int] | None:
-    """``(is_active, scopes, token_generation)`` of a client, or None; read on every request.
-
-    A fixed statement through the cursor: the ORM spent more time building this query
-    than the database spent answering it, on the path every authenticated request takes.
-    """
-    with prepared_cursor() as cursor:
-        cursor.execute(_client_state_sql(), [client_id])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    active, scopes, token_generation = row
-    if isinstance(scopes, (str, bytes)):  # JSON arrives as text (SQLite, and Django's psycopg loader)
-        scopes = json.loads(scopes)
-    return bool(active), scopes if isinstance(scopes, list) else [], token_generation
+    return client_id, scope, generation

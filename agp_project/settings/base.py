@@ -91,9 +91,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
-    # Django's PostgreSQL backend plus prepared hot statements (agp_project/postgresql/base.py).
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        DATABASES["default"]["ENGINE"] = "agp_project.postgresql"
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("AGP_DB_CONNECT_TIMEOUT", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -222,7 +219,6 @@ CELERY_BEAT_SCHEDULE["agp.recover_operations"] = {
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["agp_project.http.parsers.StrictJSONParser"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "agp_project.http.negotiation.JSONContentNegotiation",
     "DEFAULT_AUTHENTICATION_CLASSES": ["auth_tokens.authentication.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["auth_tokens.permissions.HasGroupScope"],
     "UNAUTHENTICATED_USER": None,
