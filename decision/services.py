@@ -5,7 +5,6 @@ written row. Rules that are not in the spec or CONTRACT are explained in
 docs/decisions/decision-api.md.
 """
 
-import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -13,19 +12,16 @@ from decimal import Decimal
 from typing import Any
 
 import rfc8785
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, can_proceed
 
 from agp_project import errors
 from agp_project.canonical import content_hash
-from agp_project.db import CompiledQuery
 from agp_project.ids import new_id
-from agp_project.lru import LRUMap
 from agp_project.signing import sign_resource
 from agp_project.timeutil import iso, not_in_future
-from core.ledger import ledger_append, ledger_insert, ledger_writes_in_one_statement
+from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
 from registry.selectors import delegation_chain_problem
@@ -124,47 +120,6 @@ def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
     return warnings
 
 
-# The hot path of the Decision API reads the columns an evaluation needs, and whether the
-# task exists, in one prepared statement.
-_EVALUATED_POLICY_SET = CompiledQuery(
-    lambda policy_set_id, task_id: (
-        PolicySet.objects.filter(policy_set_id=policy_set_id)
-        .only("policy_set_id", "status", "ruleset", "ruleset_hash", "effective_from", "expires_at")
-        .annotate(task_exists=Exists(Task.objects.filter(task_id=task_id)))),
-    "policy_set_id", "task_id")
-
-
-# Policy sets as last read by an evaluation in this process, by id (at most 64): the next
-# evaluation of a set skips the read and confirms in its write that the set is unchanged
-# (``_still_current_sql``). Never a revoked set.
-_policy_set_snapshots: LRUMap[PolicySet] = LRUMap(maxsize=64)
-
-
-@functools.cache
-def _still_current_sql() -> str:
-    """True while the policy set has the state an evaluation used and the task exists (PostgreSQL).
-
-    The set's row is share-locked (``FOR SHARE``), before the ledger head: the statement's
-    snapshot is taken when it starts, so without the lock a transition committed while the
-    statement waited for the head (``policy_set_transition`` locks the row, then the head)
-    would pass unseen, and an evaluation be recorded against a set the ledger already shows
-    revoked. The lock waits for that transaction and rechecks the row as it committed it;
-    the insert's foreign-key check takes a lock on that row anyway. The task's row is
-    key-share-locked (the lock the foreign-key check takes) for the same reason: a task
-    deleted meanwhile fails the confirmation (400 after the fresh read), not the foreign
-    key (which would read as a duplicate id).
-    """
-    quote = connection.ops.quote_name
-    column = {name: quote(PolicySet._meta.get_field(name).column)
-              for name in ("policy_set_id", "status", "ruleset_hash", "effective_from", "expires_at")}
-    return (f"EXISTS (SELECT 1 FROM {quote(PolicySet._meta.db_table)} WHERE {column['policy_set_id']} = %s "
-            f"AND {column['status']} = %s AND {column['ruleset_hash']} = %s "
-            f"AND {column['effective_from']} IS NOT DISTINCT FROM %s::timestamptz "
-            f"AND {column['expires_at']} IS NOT DISTINCT FROM %s::timestamptz FOR SHARE) "
-            f"AND EXISTS (SELECT 1 FROM {quote(Task._meta.db_table)} "
-            f"WHERE {quote(Task._meta.get_field('task_id').column)} = %s FOR KEY SHARE)")
-
-
 def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,
                              input: dict[str, Any], evaluation_id: str | None = None,
                              created_at: datetime | None = None) -> PolicyEvaluation:
@@ -173,85 +128,40 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     A revoked set is refused (422); a deprecated, expired or not yet effective one is
     evaluated with a warning. The engine never raises: a ruleset that fails to compile or
     to evaluate is recorded as ``allow: false`` with the error among the reasons.
+
+    The set is read once, before the engine runs. A revocation that commits while the
+    evaluation runs may be ordered before it in the ledger; the evaluation still clears
+    nothing, since check 5 of an envelope refuses an evaluation whose set is revoked.
     """
     evaluation_id = evaluation_id or new_id("pev")
-    # On PostgreSQL outside a transaction the write is one statement that confirms, with the
-    # set's row share-locked, that the set is still as evaluated and the task exists; when it
-    # is not, nothing was written and the set is read afresh. The set as last read here is
-    # tried first, without reading it. Elsewhere the write is a transaction of its own after
-    # the read, unconditional.
-    confirmed = ledger_writes_in_one_statement()
-    policy_set = _policy_set_snapshots.get(policy_set_id) if confirmed else None
-    remembered = policy_set is not None
-    # A set changes at most three times (active, deprecated, revoked; C6), so a fourth
-    # failed confirmation means something else is wrong.
-    for _ in range(4):
-        if policy_set is None:
-            policy_set, remembered = _policy_set_for_evaluation(policy_set_id, task_id), False
-        try:
-            recorded = _policy_evaluation_record(
-                policy_set, actor=actor, evaluation_id=evaluation_id, task_id=task_id, agent_id=agent_id,
-                input=input, created_at=created_at,
-                provided=_still_current(policy_set, task_id) if confirmed else None)
-        except errors.InvalidRequest:
-            if not remembered:
-                raise
-            recorded = None  # refused after a fresh read, in the order it checks
-        if recorded is not None:
-            return recorded
-        _policy_set_snapshots.discard(policy_set_id)
-        policy_set = None
-    raise errors.Conflict(f"Policy set {policy_set_id!r} kept changing during the evaluation; retry.")
-
-
-def _policy_set_for_evaluation(policy_set_id: str, task_id: str) -> PolicySet:
-    """The set read afresh, remembered for the next evaluation; 400 for an unknown set or task, 422 if revoked."""
-    policy_set = _EVALUATED_POLICY_SET.first(policy_set_id=policy_set_id, task_id=task_id)
+    policy_set = PolicySet.objects.filter(policy_set_id=policy_set_id).first()
     missing = {}
     if policy_set is None:
-        _policy_set_snapshots.discard(policy_set_id)
         missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
-    task_exists = policy_set.task_exists if policy_set is not None else (
-        Task.objects.filter(task_id=task_id).exists())
-    if not task_exists:
+    if not Task.objects.filter(task_id=task_id).exists():
         missing["task_id"] = [f"No task with id {task_id!r}."]
     if missing:
         raise errors.invalid_fields(missing)
     if policy_set.status == PolicySetStatus.REVOKED:
-        _policy_set_snapshots.discard(policy_set_id)
         raise errors.PrerequisiteFailed(
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
             details={"failed_checks": [_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})
-    _policy_set_snapshots.put(policy_set_id, policy_set)
-    return policy_set
-
-
-def _still_current(policy_set: PolicySet, task_id: str) -> tuple[str, list]:
-    return _still_current_sql(), [policy_set.policy_set_id, policy_set.status, policy_set.ruleset_hash,
-                                  policy_set.effective_from, policy_set.expires_at, task_id]
-
-
-def _policy_evaluation_record(policy_set: PolicySet, *, actor: str, evaluation_id: str, task_id: str, agent_id: str,
-                              input: dict[str, Any], created_at: datetime | None,
-                              provided: tuple[str, list] | None = None) -> PolicyEvaluation | None:
-    """Evaluate ``policy_set`` and write the evaluation with its ledger event (None: ``provided`` failed)."""
     input_hash = _hash_of(input, "input")
     now = timezone.now()
     outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=input)
     result = outcome.as_result()
-    warnings = _policy_set_warnings(policy_set, now)
-    evaluation = PolicyEvaluation(
-        evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
-        input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
-        require_approval=outcome.require_approval, warnings=warnings, evaluated_at=now,
-        created_at=_created_at(created_at, now))
-    # The row and its ledger event in one statement (one round trip on PostgreSQL).
-    with _unique("policy evaluation", "evaluation_id", evaluation_id):
-        return ledger_insert(evaluation, event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
-                             resource_id=evaluation_id, actor=actor, provided=provided,
-                             payload={"policy_set_id": policy_set.policy_set_id, "task_id": task_id,
-                                      "agent_id": agent_id, "ruleset_hash": policy_set.ruleset_hash,
-                                      "input_hash": input_hash, "result": result, "engine": outcome.engine})
+    with _unique("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic():
+        evaluation = PolicyEvaluation.objects.create(
+            evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
+            input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
+            require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
+            evaluated_at=now, created_at=_created_at(created_at, now))
+        ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
+                      resource_id=evaluation_id, actor=actor,
+                      payload={"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
+                               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash, "result": result,
+                               "engine": outcome.engine})
+    return evaluation
 
 
 # --- decisions --------------------------------------------------------------------------------

@@ -1,12 +1,9 @@
 """POST/GET /agp/policy-evaluations: real Rego evaluation, stored with its hashes."""
 
-import threading
-import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
-from django.test.utils import CaptureQueriesContext
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -15,7 +12,6 @@ from core.ledger import ledger_record
 from core.models import LedgerEvent
 from decision.models import PolicyEvaluation
 from registry.models import PolicySet
-from registry.services import policy_set_transition
 from tests.decision.factories import PAYMENTS, make_policy_set, make_task, ruleset_hash
 
 pytestmark = pytest.mark.django_db
@@ -221,215 +217,59 @@ def test_it_lists_filters_and_retrieves_evaluations(api, django_assert_num_queri
     assert api.get("/agp/policy-evaluations/missing").status_code == 404
 
 
-def test_it_evaluates_in_a_fixed_number_of_queries(api):
+def test_it_evaluates_in_a_fixed_number_of_queries(api, django_assert_num_queries):
     task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
     api.post("/agp/policy-evaluations", body(policy_set, task), format="json")  # compiles and caches the ruleset
 
-    with CaptureQueriesContext(connection) as queries:
-        response = api.post("/agp/policy-evaluations", body(policy_set, task), format="json")
+    # The set, whether the task exists, the row and its ledger event (one statement on
+    # PostgreSQL, three elsewhere), in a transaction (a savepoint inside the test's).
+    with django_assert_num_queries(6 if connection.vendor == "postgresql" else 8):
+        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="counted"), format="json")
 
     assert response.status_code == 201
-    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    # policy set with task EXISTS | evaluation row | ledger: one WITH statement on PostgreSQL (head lock,
-    # head move and event), three elsewhere (+ savepoints in tests)
-    ledger = ["WITH"] if connection.vendor == "postgresql" else ["SELECT", "INSERT", "UPDATE"]
-    assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == ["SELECT", "INSERT", *ledger]
+    assert PolicyEvaluation.objects.filter(evaluation_id="counted").exists()
 
 
-def statements_of(queries) -> list[str]:
-    return [q["sql"].split()[0].upper() for q in queries.captured_queries]
-
-
-def wait_for_a_lock_wait(timeout=10.0):
-    """Until another session of this database waits for a lock (PostgreSQL)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND wait_event_type = 'Lock'")
-            if cursor.fetchone()[0]:
-                return
-        assert time.monotonic() < deadline, "no session waited for a lock"
-        time.sleep(0.01)
-
-
-def post_while_held(hold, post):
-    """``post()``'s response, sent while ``hold()`` runs in a transaction of another session,
-    which commits once the request waits for one of its locks (PostgreSQL)."""
-    holding, release, responses = threading.Event(), threading.Event(), []
-
-    def holder():
-        try:
-            with transaction.atomic():
-                hold()
-                holding.set()
-                release.wait(10)
-        finally:
-            connection.close()
-
-    def requester():
-        try:
-            responses.append(post())
-        finally:
-            connection.close()
-
-    held, request = threading.Thread(target=holder), threading.Thread(target=requester)
-    held.start()
-    assert holding.wait(10)
-    request.start()
-    wait_for_a_lock_wait()
-    release.set()
-    held.join(10)
-    request.join(10)
-    return responses[0]
-
-
-@pytest.mark.django_db(transaction=True)
-class TestOutsideATransaction:
-    """As served: the row and its ledger event in one autocommit statement on PostgreSQL, and
-    once a set has been read, the next evaluation confirms it in that statement instead."""
-
-    @pytest.fixture(autouse=True)
-    def ledger_head(self):
-        # A flushed database has no head row until the first append recreates it.
-        ledger_record(event_type="test.started", resource_type="Test", resource_id="t", actor="test")
-
-    def test_the_first_evaluation_reads_the_set_and_the_next_only_writes(self, api):
-        task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
-
-        with CaptureQueriesContext(connection) as first_queries:
-            first = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="pev-1"), format="json")
-        with CaptureQueriesContext(connection) as second_queries:
-            second = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="pev-2"), format="json")
-
-        assert first.status_code == second.status_code == 201
-        # PostgreSQL: the set with task EXISTS, then one WITH (head lock, row, event, head move);
-        # the second: the WITH alone, its head lock conditional on the set and the task.
-        # Elsewhere: the read, then the row and the ORM append in a transaction, each time.
-        orm = ["SELECT", "BEGIN", "INSERT", "SELECT", "INSERT", "UPDATE", "COMMIT"]
-        on_postgresql = connection.vendor == "postgresql"
-        assert statements_of(first_queries) == (["SELECT", "WITH"] if on_postgresql else orm)
-        assert statements_of(second_queries) == (["WITH"] if on_postgresql else orm)
-        for response in (first, second):
-            stored = PolicyEvaluation.objects.get(evaluation_id=response.json()["evaluation_id"])
-            assert stored.result == response.json()["result"] and stored.result["allow"] is True
-            event = LedgerEvent.objects.get(resource_id=stored.evaluation_id)
-            assert (event.event_type, event.payload["input_hash"]) == ("policy_evaluation.created", stored.input_hash)
-        assert first.json()["result"] == second.json()["result"]
-
-    def test_a_set_revoked_after_it_was_read_is_refused_and_nothing_is_written(self, api):
-        task, policy_set = make_task(), make_policy_set()
-        assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
-        PolicySet.objects.filter(pk=policy_set.pk).update(status="revoked")
-
-        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="late"), format="json")
-
-        assert response.status_code == 422
-        assert response.json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
-        assert not PolicyEvaluation.objects.filter(evaluation_id="late").exists()
-        assert not LedgerEvent.objects.filter(resource_id="late").exists()
-
-    @pytest.mark.postgres
-    @pytest.mark.parametrize("remembered", [True, False], ids=["remembered set", "set read afresh"])
-    def test_a_set_revoked_while_the_write_waits_for_the_ledger_is_refused(self, api, remembered):
-        # The revocation holds the set's row and the ledger head when the evaluation's one
-        # statement starts, so that statement's snapshot (and, read afresh, the evaluation's
-        # own read) still shows the set deprecated.
-        from decision import services
-
-        task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS, status="deprecated")
-        assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
-        if not remembered:
-            services._policy_set_snapshots.discard(policy_set.policy_set_id)
-        response = post_while_held(
-            lambda: policy_set_transition(actor="admin", policy_set_id=policy_set.policy_set_id, status="revoked"),
-            lambda: api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="late"), format="json"))
-
-        assert response.status_code == 422
-        assert response.json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
-        assert not PolicyEvaluation.objects.filter(evaluation_id="late").exists()
-        assert not LedgerEvent.objects.filter(resource_id="late").exists()
-        assert LedgerEvent.objects.order_by("sequence").last().event_type == "policy_set.revoked"
-
-    def test_a_set_changed_after_it_was_read_is_evaluated_as_it_now_is(self, api):
-        task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
-        assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
-        PolicySet.objects.filter(pk=policy_set.pk).update(
-            status="deprecated", ruleset=ALLOW_NOTHING, ruleset_hash=ruleset_hash(ALLOW_NOTHING))
-
-        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="now"), format="json")
-
-        assert response.status_code == 201
-        assert response.json()["ruleset_hash"] == ruleset_hash(ALLOW_NOTHING)
-        assert response.json()["result"]["allow"] is False
-        assert response.json()["warnings"] == [f"Policy set {policy_set.policy_set_id!r} is deprecated."]
-        assert PolicyEvaluation.objects.get(evaluation_id="now").ruleset_hash == ruleset_hash(ALLOW_NOTHING)
-        assert LedgerEvent.objects.get(resource_id="now").payload["ruleset_hash"] == ruleset_hash(ALLOW_NOTHING)
-
-    def test_a_missing_task_or_a_duplicate_id_is_refused_after_the_set_was_read(self, api):
-        task, policy_set = make_task(), make_policy_set()
-        assert api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="dup"),
-                        format="json").status_code == 201
-
-        missing = api.post("/agp/policy-evaluations", body(policy_set, task, task_id="no-such-task"), format="json")
-        duplicate = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="dup"), format="json")
-
-        assert missing.status_code == 400
-        assert missing.json()["error"]["details"]["fields"] == {"task_id": ["No task with id 'no-such-task'."]}
-        assert duplicate.status_code == 409 and duplicate.json()["error"]["code"] == "AGP_CONFLICT"
-        assert PolicyEvaluation.objects.count() == 1
-        assert LedgerEvent.objects.filter(resource_type="PolicyEvaluation").count() == 1
-
-
-def test_the_sets_remembered_for_evaluations_are_bounded_newest_kept():
-    from decision import services
-
-    remembered = services._policy_set_snapshots
-    sets = [PolicySet(policy_set_id=f"remembered-{n}") for n in range(remembered.maxsize + 44)]
-    for policy_set in sets:
-        remembered.put(policy_set.policy_set_id, policy_set)
-
-    assert len(remembered) == remembered.maxsize == 64
-    assert [s.policy_set_id in remembered for s in sets] == [False] * 44 + [True] * remembered.maxsize
-    remembered.discard(sets[-1].policy_set_id)
-    assert sets[-1].policy_set_id not in remembered
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.postgres
-def test_a_set_that_never_confirms_ends_in_a_conflict_with_nothing_written(api, monkeypatch):
-    from decision import services
-
-    ledger_record(event_type="test.started", resource_type="Test", resource_id="t", actor="test")
+def test_a_set_revoked_after_an_evaluation_refuses_the_next_and_writes_nothing(api):
     task, policy_set = make_task(), make_policy_set()
-    # Only the confirmation's condition is replaced: every write then finds the set "changed".
-    monkeypatch.setattr(services, "_still_current", lambda policy_set, task_id: ("FALSE", []))
+    assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
+    PolicySet.objects.filter(pk=policy_set.pk).update(status="revoked")
 
-    with CaptureQueriesContext(connection) as queries:
-        response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="never"), format="json")
+    response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="late"), format="json")
 
-    assert response.status_code == 409
-    assert response.json()["error"]["message"] == (
-        f"Policy set {policy_set.policy_set_id!r} kept changing during the evaluation; retry.")
-    # Four times: the fresh read, the conditional write, and the head check after it.
-    assert statements_of(queries) == ["SELECT", "WITH", "SELECT"] * 4
-    assert not PolicyEvaluation.objects.exists()
-    assert not LedgerEvent.objects.filter(resource_type="PolicyEvaluation").exists()
+    assert response.status_code == 422
+    assert response.json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
+    assert not PolicyEvaluation.objects.filter(evaluation_id="late").exists()
+    assert not LedgerEvent.objects.filter(resource_id="late").exists()
+
+
+def test_a_set_changed_after_an_evaluation_is_evaluated_as_it_now_is(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+    assert api.post("/agp/policy-evaluations", body(policy_set, task), format="json").status_code == 201
+    PolicySet.objects.filter(pk=policy_set.pk).update(
+        status="deprecated", ruleset=ALLOW_NOTHING, ruleset_hash=ruleset_hash(ALLOW_NOTHING))
+
+    response = api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="now"), format="json")
+
+    assert response.status_code == 201
+    assert response.json()["ruleset_hash"] == ruleset_hash(ALLOW_NOTHING)
+    assert response.json()["result"]["allow"] is False
+    assert response.json()["warnings"] == [f"Policy set {policy_set.policy_set_id!r} is deprecated."]
+    assert PolicyEvaluation.objects.get(evaluation_id="now").ruleset_hash == ruleset_hash(ALLOW_NOTHING)
+    assert LedgerEvent.objects.get(resource_id="now").payload["ruleset_hash"] == ruleset_hash(ALLOW_NOTHING)
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.postgres
-def test_a_task_deleted_while_the_write_waits_is_a_400_not_a_duplicate_id(api):
-    from registry.models import Task
-
+def test_outside_a_test_transaction_the_row_and_its_event_are_written_together(api):
     ledger_record(event_type="test.started", resource_type="Test", resource_id="t", actor="test")
-    policy_set, warm_task, task = make_policy_set(), make_task(), make_task()
-    assert api.post("/agp/policy-evaluations", body(policy_set, warm_task), format="json").status_code == 201
-    response = post_while_held(
-        lambda: Task.objects.filter(pk=task.pk).delete(),
-        lambda: api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id="orphan"), format="json"))
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
 
-    assert response.status_code == 400, response.content
-    assert response.json()["error"]["details"]["fields"] == {"task_id": [f"No task with id {task.task_id!r}."]}
-    assert not PolicyEvaluation.objects.filter(evaluation_id="orphan").exists()
-    assert not LedgerEvent.objects.filter(resource_id="orphan").exists()
+    responses = [api.post("/agp/policy-evaluations", body(policy_set, task, evaluation_id=f"pev-{n}"), format="json")
+                 for n in (1, 2)]
+
+    assert [r.status_code for r in responses] == [201, 201]
+    for response in responses:
+        stored = PolicyEvaluation.objects.get(evaluation_id=response.json()["evaluation_id"])
+        assert stored.result == response.json()["result"] and stored.result["allow"] is True
+        event = LedgerEvent.objects.get(resource_id=stored.evaluation_id)
+        assert (event.event_type, event.payload["input_hash"]) == ("policy_evaluation.created", stored.input_hash)
