@@ -1,10 +1,8 @@
 """The hash-chained ledger (CONTRACT C9): append in the caller's transaction, verify."""
 
 import contextlib
-import functools
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,7 +15,6 @@ from django.db.models.functions import Cast
 
 from agp_project import errors
 from agp_project.canonical import bytes_hash, canonical_json
-from agp_project.db import prepared_cursor
 from agp_project.ids import new_id
 from agp_project.timeutil import iso
 
@@ -108,126 +105,18 @@ def ledger_append(*, event_type: str, resource_type: str, resource_id: str, acto
 
 def ledger_record(*, event_type: str, resource_type: str, resource_id: str, actor: str,
                   payload: dict[str, Any] | None = None) -> None:
-    """Append one event in a transaction of its own (a validation, a refusal).
+    """Append one event that stands on its own (a validation, a refusal).
 
-    On PostgreSQL an append is one statement, atomic by itself: outside a transaction it
-    runs in autocommit, one round trip instead of three (``BEGIN``, the append,
-    ``COMMIT``). Inside a transaction, or on SQLite, it is ``ledger_append`` in one.
+    Inside a transaction (a request made with an ``Idempotency-Key`` runs in one) it joins
+    it; otherwise it is a transaction of its own.
     """
-    payload = payload or {}
-    if ledger_writes_in_one_statement():
-        event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                          actor=actor, payload=payload)
-        if _pg_append([event]):
-            return
-        # No head row (a flushed database): recreating it needs a transaction.
+    if connection.in_atomic_block:
+        ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
+                      payload=payload)
+        return
     with transaction.atomic():
         ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
                       payload=payload)
-
-
-def ledger_insert(instance: models.Model, *, event_type: str, resource_type: str, resource_id: str, actor: str,
-                  payload: dict[str, Any] | None = None,
-                  provided: tuple[str, list] | None = None) -> models.Model | None:
-    """Insert ``instance`` (a new row) and append the event recording it, in a transaction of its own.
-
-    The record and the change are one: both are written or neither. On PostgreSQL, outside
-    a transaction, it is one statement in autocommit (the row's ``INSERT`` runs once the
-    ledger head is locked, inside the append): one round trip where a transaction takes
-    four (``BEGIN``, the insert, the append, ``COMMIT``). A constraint the row breaks
-    raises ``IntegrityError`` and nothing is written. Inside a transaction, or on SQLite,
-    it is ``save`` and ``ledger_append`` in one.
-
-    ``provided`` makes the write optimistic: ``(condition, params)``, an SQL boolean
-    expression of fixed text (``%s`` placeholders) that must hold when the ledger head is
-    locked, in the same statement; the caller computed ``instance`` from state it read
-    earlier, and the condition confirms that state is still current. When it does not
-    hold, nothing is written and None is returned: the caller reads afresh and tries again
-    (a missing head row is recreated first, so None always means the condition failed).
-    Away from that one-statement path (``ledger_writes_in_one_statement``) None is returned
-    without writing: the caller then writes without ``provided``.
-    """
-    if instance.pk is not None:
-        raise ValueError("ledger_insert inserts a new row: its primary key must be unset")
-    payload = payload or {}
-    if not ledger_writes_in_one_statement():
-        if provided is not None:
-            return None
-        with transaction.atomic():
-            instance.save(force_insert=True)
-            ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
-                          payload=payload)
-        return instance
-    event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
-                      payload=payload)
-    condition, condition_params = provided or ("", [])
-    insert = _RowInsert.of(type(instance), connection, condition)
-    params = [*condition_params, *insert.params(instance, connection), _events_json([event])]
-    for attempt in (1, 2):
-        with prepared_cursor() as cursor:
-            cursor.execute(insert.sql, params)
-            row = cursor.fetchone()
-        if row is not None:
-            setattr(instance, insert.returning.attname, row[-1])
-            instance._state.adding = False
-            instance._state.db = connection.alias
-            return instance
-        if attempt == 2 or LedgerHead.objects.filter(pk=1).exists():
-            break
-        with transaction.atomic():  # no head row (a flushed database): recreate it, then try again
-            _locked_head()
-    if provided is None:
-        raise RuntimeError("the ledger head could not be locked")
-    return None  # the condition failed
-
-
-def ledger_writes_in_one_statement() -> bool:
-    """Whether ``ledger_record`` and ``ledger_insert`` write here as one autocommit statement
-    (PostgreSQL, outside a transaction): only then does ``ledger_insert`` confirm a
-    ``provided`` condition."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
-
-
-@dataclass(frozen=True)
-class _RowInsert:
-    """The append statement with an ``INSERT`` of one row of ``model`` before it (``ledger_insert``).
-
-    Built once per model and database: the columns Django's ``save`` would insert, each
-    parameter cast to its column's type without length or precision, so a value that does
-    not fit is refused by the column as in an ordinary ``INSERT`` (an explicit cast to
-    ``varchar(n)`` would truncate it). The primary key comes back as the last column.
-    """
-
-    sql: str
-    fields: tuple
-    returning: Any
-
-    @classmethod
-    @functools.cache
-    def _build(cls, model: type[models.Model], alias: str, condition: str) -> "_RowInsert":
-        from django.db import connections
-
-        connection = connections[alias]
-        meta = model._meta
-        if meta.parents or meta.auto_field is None:
-            raise TypeError(f"ledger_insert needs a model with its own table and an auto primary key: {model}")
-        quote = connection.ops.quote_name
-        fields = tuple(f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field)
-        columns = ", ".join(quote(f.column) for f in fields)
-        values = ", ".join(f"%s::{re.sub(r'[(][^)]*[)]', '', f.db_type(connection))}" for f in fields)
-        key = quote(meta.auto_field.column)
-        row = (f"\nrow AS (INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {values} FROM locked "
-               f"RETURNING {key}),")
-        sql = _PG_APPEND_TEMPLATE.format(row=row, returning=f", (SELECT {key} FROM row)",
-                                         provided=f" AND ({condition})" if condition else "")
-        return cls(sql=sql, fields=fields, returning=meta.auto_field)
-
-    @classmethod
-    def of(cls, model: type[models.Model], connection, condition: str = "") -> "_RowInsert":
-        return cls._build(model, connection.alias, condition)
-
-    def params(self, instance: models.Model, connection) -> list:
-        return [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in self.fields]
 
 
 _BATCH_ATTR = "_agp_ledger_batch"
@@ -298,12 +187,9 @@ class _Event:
 # per column) cost its Python array dumpers about 21 µs an append. ``recorded_at`` is the
 # string the prefix holds, so the stored time is the hashed one. No head row: no event
 # is inserted.
-# ``{row}`` is empty, or (``ledger_insert``) a CTE inserting the row the events record,
-# after the lock and only once it is held; ``{provided}`` is empty, or a condition without
-# which the head is not locked, so nothing at all is written.
-_PG_APPEND_TEMPLATE = f"""
+_PG_APPEND = f"""
 WITH RECURSIVE
-locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1{{provided}} FOR UPDATE),{{row}}
+locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE),
 input AS (SELECT * FROM json_to_recordset(%s::json)
           AS i(n bigint, prefix text, event_id text, event_type text, resource_type text, resource_id text,
                actor text, payload text, payload_hash text, recorded_at timestamptz)),
@@ -311,7 +197,7 @@ chain AS (
     SELECT 0::bigint AS n, sequence, ''::text AS prev_hash, hash::text AS hash FROM locked
     UNION ALL
     SELECT i.n, c.sequence + 1, c.hash,
-           encode(sha256(convert_to(c.hash || i.prefix || (c.sequence + 1) || '}}}}', 'UTF8')), 'hex')
+           encode(sha256(convert_to(c.hash || i.prefix || (c.sequence + 1) || '}}', 'UTF8')), 'hex')
       FROM chain AS c JOIN input AS i ON i.n = c.n + 1),
 moved AS (
     UPDATE "{_HEAD}" AS head SET sequence = tip.sequence, hash = tip.hash
@@ -324,9 +210,8 @@ SELECT c.sequence, i.event_id, i.event_type, i.resource_type, i.resource_id, i.a
        c.prev_hash, c.hash, i.recorded_at
   FROM chain AS c JOIN input AS i ON i.n = c.n
  WHERE EXISTS (SELECT 1 FROM moved)
-RETURNING sequence, prev_hash, hash{{returning}}
+RETURNING sequence, prev_hash, hash
 """
-_PG_APPEND = _PG_APPEND_TEMPLATE.format(row="", returning="", provided="")
 
 
 def _events_json(events: list[_Event]) -> str:
@@ -337,7 +222,7 @@ def _events_json(events: list[_Event]) -> str:
 
 def _pg_append(events: list[_Event]) -> list[tuple[int, str, str]]:
     """Append ``events`` in one statement: their (sequence, prev_hash, hash), none without a head row."""
-    with prepared_cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(_PG_APPEND, [_events_json(events)])
         return sorted(cursor.fetchall())  # in sequence order, which is the events' order
 

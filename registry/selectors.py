@@ -13,11 +13,8 @@ revocation cascade's materialisation for lists, not the only guard.
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
-
-from agp_project.db import bind_slots
 
 from .choices import ActiveStatus, RevocationTarget
 from .models import Delegation, Revocation, path_pks
@@ -51,7 +48,6 @@ def delegation_links(*, pks: Iterable[int]) -> QuerySet[Delegation]:
     """The links with these primary keys, each annotated with ``agent_revoked`` (whether the
     agent it was granted to or by is revoked), as ``delegation_links_problem`` needs them.
 
-    The execution checks (CONTRACT C8 check 2) compile this queryset once and reuse its SQL.
     """
     agent_revoked = Revocation.objects.filter(
         Q(target_id=OuterRef("delegator_agent")) | Q(target_id=OuterRef("delegate_agent")),
@@ -59,36 +55,12 @@ def delegation_links(*, pks: Iterable[int]) -> QuerySet[Delegation]:
     return Delegation.objects.filter(pk__in=set(pks)).annotate(agent_revoked=Exists(agent_revoked))
 
 
-# ``delegation_links``' SQL per database and number of keys (rounded up to a power of two,
-# the last key repeated): building and compiling the queryset took about three times the
-# CPU of running it (session 7, docs/performance.md).
-_CHAIN_READS: dict[tuple[str, str, int], tuple[str, tuple, tuple[tuple[int, int], ...]]] = {}
-
-
-def _chain_read(keys: list[int]) -> tuple[str, list]:
-    """``delegation_links(pks=keys)`` as SQL and parameters, compiled once per size."""
-    size = 1 << (len(keys) - 1).bit_length()
-    cache_key = (connection.alias, connection.vendor, size)
-    compiled = _CHAIN_READS.get(cache_key)
-    if compiled is None:
-        stand_ins = [-(10 ** 15) - i for i in range(size)]  # keys no row has, found again among the parameters
-        sql, params = delegation_links(pks=stand_ins).query.get_compiler(connection=connection).as_sql()
-        slots = tuple((params.index(key), number) for number, key in enumerate(stand_ins))
-        compiled = _CHAIN_READS[cache_key] = (sql, tuple(params), slots)
-    sql, params, slots = compiled
-    return sql, bind_slots(params, slots, dict(enumerate(keys + keys[-1:] * (size - len(keys)))))
-
-
 def _chain_rows(pks: Iterable[int]) -> dict[int, Delegation]:
     """The links with these primary keys, each annotated with ``agent_revoked`` (one query)."""
-    keys = sorted(set(pks))
+    keys = set(pks)
     if not keys:
         return {}
-    rows = {}
-    for row in Delegation.objects.raw(*_chain_read(keys)):
-        row.agent_revoked = bool(row.agent_revoked)  # SQLite's EXISTS is 0 or 1; the ORM's converter is skipped
-        rows[row.pk] = row
-    return rows
+    return {row.pk: row for row in delegation_links(pks=keys)}
 
 
 def _link_problem(link: Delegation | None, now: datetime) -> str | None:

@@ -18,7 +18,6 @@ from core.ledger import (
     chain_hash,
     ledger_append,
     ledger_batch,
-    ledger_insert,
     ledger_record,
     ledger_verify,
     payload_text_hash,
@@ -301,11 +300,11 @@ def test_a_batch_needs_a_transaction():
 class TestRecord:
     """``ledger_record``: one event in a transaction of its own."""
 
-    def test_it_is_one_statement_in_autocommit_on_postgresql(self, django_assert_num_queries):
+    def test_it_is_one_statement_in_a_transaction_of_its_own_on_postgresql(self, django_assert_num_queries):
         ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")  # the head exists
-        # SQLite: its own transaction (BEGIN, COMMIT) around the ORM path (lock the head,
-        # insert, move the head).
-        with django_assert_num_queries(1 if connection.vendor == "postgresql" else 5):
+        # BEGIN and COMMIT around one statement on PostgreSQL, around the ORM path on SQLite
+        # (lock the head, insert, move the head).
+        with django_assert_num_queries(3 if connection.vendor == "postgresql" else 5):
             ledger_record(event_type="validated", resource_type="task", resource_id="r", actor=AWKWARD[0],
                           payload=AWKWARD_PAYLOADS[0])
         event = LedgerEvent.objects.get(sequence=2)
@@ -325,129 +324,3 @@ class TestRecord:
             ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
             raise ValueError("the change failed")
         assert LedgerEvent.objects.count() == 0
-
-
-def new_evaluation(evaluation_id="pev-1", **overrides):
-    from decision.models import PolicyEvaluation
-    from tests.decision.factories import make_policy_set, make_task
-
-    values = {"evaluation_id": evaluation_id, "policy_set": make_policy_set(), "task": make_task(),
-              "agent_id": AWKWARD[0], "input": AWKWARD_PAYLOADS[2], "input_hash": "sha256:x", "ruleset_hash": "r",
-              "result": {"allow": True, "reasons": AWKWARD}, "allowed": True, "warnings": ["w"],
-              "evaluated_at": datetime(2026, 11, 22, 1, 2, 3, 456789, tzinfo=UTC),
-              "created_at": datetime(2026, 11, 22, 1, 2, 3, 456789, tzinfo=UTC)}
-    values.update(overrides)
-    return PolicyEvaluation(**values)
-
-
-def insert(instance):
-    return ledger_insert(instance, event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
-                         resource_id=instance.evaluation_id, actor="a", payload={"evaluation": instance.evaluation_id})
-
-
-@pytest.mark.django_db(transaction=True)
-class TestInsert:
-    """``ledger_insert``: a new row and the event recording it, both or neither."""
-
-    def test_it_is_one_statement_in_autocommit_on_postgresql(self, django_assert_num_queries):
-        from decision.models import PolicyEvaluation
-
-        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")  # the head exists
-        evaluation = new_evaluation()
-        # SQLite: its own transaction (BEGIN, COMMIT) around save and the ORM append (lock, insert, move).
-        with django_assert_num_queries(1 if connection.vendor == "postgresql" else 6):
-            returned = insert(evaluation)
-        assert returned is evaluation and evaluation.pk is not None and not evaluation._state.adding
-        stored = PolicyEvaluation.objects.get(pk=evaluation.pk)
-        for field in PolicyEvaluation._meta.concrete_fields:
-            assert getattr(stored, field.attname) == getattr(evaluation, field.attname), field.name
-        event = LedgerEvent.objects.get(sequence=2)
-        assert (event.event_type, event.resource_id, event.payload) == (
-            "policy_evaluation.created", "pev-1", {"evaluation": "pev-1"})
-        assert_both({"verified": True, "events": 2, "head_hash": event.hash, "first_broken_sequence": None})
-
-    def test_a_row_that_breaks_a_constraint_writes_nothing(self):
-        from decision.models import PolicyEvaluation
-
-        insert(new_evaluation("dup"))
-        head = LedgerHead.objects.values_list("sequence", "hash").get()
-        with pytest.raises(IntegrityError):
-            insert(new_evaluation("dup"))
-        assert PolicyEvaluation.objects.count() == 1
-        assert LedgerEvent.objects.count() == 1
-        assert LedgerHead.objects.values_list("sequence", "hash").get() == head
-
-    def test_a_value_too_long_for_its_column_is_refused_not_truncated(self):
-        from django.db import DataError
-
-        from decision.models import PolicyEvaluation
-
-        with pytest.raises(DataError):
-            insert(new_evaluation(agent_id="x" * 129))
-        assert not PolicyEvaluation.objects.exists() and not LedgerEvent.objects.exists()
-
-    def test_it_recreates_a_missing_head_at_the_tip(self):
-        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
-        LedgerHead.objects.all().delete()
-        evaluation = insert(new_evaluation())
-        assert evaluation.pk is not None
-        assert LedgerHead.objects.values_list("sequence", flat=True).get() == 2
-        assert LedgerEvent.objects.get(sequence=2).resource_id == "pev-1"
-        assert ledger_verify().verified
-
-    def test_inside_a_transaction_it_rolls_back_with_it(self):
-        from decision.models import PolicyEvaluation
-
-        with pytest.raises(ValueError), transaction.atomic():
-            insert(new_evaluation())
-            raise ValueError("the change failed")
-        assert not PolicyEvaluation.objects.exists() and not LedgerEvent.objects.exists()
-
-    def test_it_refuses_a_row_that_already_has_a_key(self):
-        evaluation = insert(new_evaluation())
-        with pytest.raises(ValueError, match="primary key must be unset"):
-            insert(evaluation)
-        assert LedgerEvent.objects.count() == 1
-
-    def test_a_condition_that_holds_under_the_lock_lets_it_write(self):
-        from decision.models import PolicyEvaluation
-
-        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
-        evaluation = new_evaluation()
-        written = ledger_insert(evaluation, event_type="e", resource_type="PolicyEvaluation", resource_id="pev-1",
-                                actor="a", provided=("EXISTS (SELECT 1 FROM registry_task WHERE task_id = %s)",
-                                                     [evaluation.task_id]))
-        assert written is evaluation and PolicyEvaluation.objects.filter(pk=evaluation.pk).exists()
-        assert LedgerEvent.objects.filter(resource_id="pev-1").count() == 1
-        assert ledger_verify().verified
-
-    def test_a_condition_that_fails_writes_nothing_and_returns_none(self):
-        from decision.models import PolicyEvaluation
-
-        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
-        head = LedgerHead.objects.values_list("sequence", "hash").get()
-        not_written = ledger_insert(new_evaluation(), event_type="e", resource_type="PolicyEvaluation",
-                                    resource_id="pev-1", actor="a",
-                                    provided=("EXISTS (SELECT 1 FROM registry_task WHERE task_id = %s)", ["none"]))
-        assert not_written is None
-        assert not PolicyEvaluation.objects.exists() and LedgerEvent.objects.count() == 1
-        assert LedgerHead.objects.values_list("sequence", "hash").get() == head
-
-    def test_a_condition_inside_a_transaction_is_left_to_the_caller(self):
-        from decision.models import PolicyEvaluation
-
-        with transaction.atomic():
-            not_written = ledger_insert(new_evaluation(), event_type="e", resource_type="PolicyEvaluation",
-                                        resource_id="pev-1", actor="a", provided=("TRUE", []))
-        assert not_written is None
-        assert not PolicyEvaluation.objects.exists() and not LedgerEvent.objects.exists()
-
-    def test_a_condition_that_holds_with_no_head_row_recreates_it_and_writes(self):
-        ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
-        LedgerHead.objects.all().delete()
-        evaluation = new_evaluation()
-        written = ledger_insert(evaluation, event_type="e", resource_type="PolicyEvaluation", resource_id="pev-1",
-                                actor="a", provided=("TRUE", []))
-        assert written is evaluation and evaluation.pk is not None
-        assert LedgerHead.objects.values_list("sequence", flat=True).get() == 2
-        assert ledger_verify().verified
