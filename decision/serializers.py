@@ -10,11 +10,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agp_project.http.serializers import (
-    FieldCopiesMixin,
     IdField,
     SignatureSerializer,
     StrictSerializer,
-    shares_bound_fields,
 )
 
 from .choices import (
@@ -34,7 +32,6 @@ TEXT_MAX = 20000
 AGENT_MAX = 128
 
 
-@shares_bound_fields
 class BlankAsNullMixin:
     """Render the model's empty-string "unset" as JSON null."""
 
@@ -83,7 +80,7 @@ class EvidenceBundleSerializer(StrictSerializer):
 
 
 # --- policy evaluations --------------------------------------------------------------------
-class PolicyResultSerializer(FieldCopiesMixin, serializers.Serializer):
+class PolicyResultSerializer(serializers.Serializer):
     allow = serializers.BooleanField()
     require_approval = serializers.BooleanField()
     reasons = serializers.ListField(child=serializers.CharField())

@@ -18,7 +18,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-
 from datetime import datetime, timedelta
 
 import requests
@@ -27,12 +26,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, Max, OuterRef
 from django.utils import timezone
 
+from agp_project.net import UnsafeURL, http_post
 from core.ledger import ledger_append
 from core.models import LedgerEvent
 
 from .choices import CALLBACK_TASK, OPERATION_TERMINAL, WORKER_ACTOR, CallbackStatus
 from .models import CallbackAttempt, Operation, OutboxMessage
-from agp_project.net import UnsafeURL, http_post
 from .outbox import outbox_enqueue
 from .serializers_operations import operation_representation
 

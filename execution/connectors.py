@@ -30,7 +30,6 @@ from django.conf import settings
 from agp_project import errors
 from agp_project.canonical import bytes_hash
 from agp_project.http.parsers import has_nul
-
 from agp_project.net import UnsafeURL, http_post
 
 logger = logging.getLogger(__name__)

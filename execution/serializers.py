@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from agp_project.http.serializers import FieldCopiesMixin, IdField, StrictSerializer
+from agp_project.http.serializers import IdField, StrictSerializer
 
 
 class LedgerEventSerializer(StrictSerializer):
@@ -20,7 +20,7 @@ class LedgerEventSerializer(StrictSerializer):
     recorded_at = serializers.DateTimeField(read_only=True)
 
 
-class LedgerVerificationSerializer(FieldCopiesMixin, serializers.Serializer):
+class LedgerVerificationSerializer(serializers.Serializer):
     verified = serializers.BooleanField()
     events = serializers.IntegerField()
     head_hash = serializers.CharField()

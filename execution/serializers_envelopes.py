@@ -11,12 +11,12 @@ import rfc8785
 from rest_framework import serializers
 
 from agp_project.canonical import content_hash
-
-from agp_project.http.serializers import FieldCopiesMixin, IdField, SignatureSerializer, StrictSerializer
+from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
+from agp_project.net import url_guard
 from agp_project.timeutil import iso
 
 from .models import ActionEnvelope
-from agp_project.net import url_guard
+
 
 def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[str, Any]:
     """The ActionEnvelope as issued; without ``signature`` when ``signed`` is False (what is signed)."""
@@ -45,7 +45,7 @@ def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[
     return document
 
 
-class GovernanceAttestationSerializer(FieldCopiesMixin, serializers.Serializer):
+class GovernanceAttestationSerializer(serializers.Serializer):
     agent_id = serializers.CharField()
     agent_role = serializers.ChoiceField(choices=["executive"])
     verdict = serializers.ChoiceField(choices=["cleared"])
@@ -104,29 +104,29 @@ class ActionEnvelopeSerializer(StrictSerializer):
         return envelope_document(instance)
 
 
-class FailedCheckSerializer(FieldCopiesMixin, serializers.Serializer):
+class FailedCheckSerializer(serializers.Serializer):
     check = serializers.CharField()
     reason = serializers.CharField()
 
 
-class CheckOutcomeSerializer(FieldCopiesMixin, serializers.Serializer):
+class CheckOutcomeSerializer(serializers.Serializer):
     check = serializers.CharField()
     passed = serializers.BooleanField()
     reason = serializers.CharField()
 
 
-class VerdictSerializer(FieldCopiesMixin, serializers.Serializer):
+class VerdictSerializer(serializers.Serializer):
     verdict = serializers.ChoiceField(choices=["cleared", "rejected"])
     checks = CheckOutcomeSerializer(many=True)
 
 
-class WhatIfResultSerializer(FieldCopiesMixin, serializers.Serializer):
+class WhatIfResultSerializer(serializers.Serializer):
     allow = serializers.BooleanField()
     require_approval = serializers.BooleanField()
     reasons = serializers.ListField(child=serializers.CharField())
 
 
-class WhatIfSerializer(FieldCopiesMixin, serializers.Serializer):
+class WhatIfSerializer(serializers.Serializer):
     policy_set_id = serializers.CharField()
     policy_set_status = serializers.CharField()
     ruleset_hash = serializers.CharField()
@@ -136,7 +136,7 @@ class WhatIfSerializer(FieldCopiesMixin, serializers.Serializer):
     matches = serializers.BooleanField()
 
 
-class ReplaySerializer(FieldCopiesMixin, serializers.Serializer):
+class ReplaySerializer(serializers.Serializer):
     """``GET /agp/replay/{action_id}`` (C9), plus ``changed_checks`` and the optional ``what_if``."""
 
     action_id = serializers.CharField()

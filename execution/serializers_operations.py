@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agp_project.http.schema import ErrorObjectSerializer
-from agp_project.http.serializers import FieldCopiesMixin, IdField, SignatureSerializer, StrictSerializer
+from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
 from agp_project.http.viewsets import absolute_url
 
 from .choices import OperationStatus, ReceiptStatus
@@ -33,7 +33,7 @@ class OperationStatusSerializer(StrictSerializer):
     status = serializers.ChoiceField(choices=[OperationStatus.CANCELLED])
 
 
-class OperationSerializer(FieldCopiesMixin, serializers.Serializer):
+class OperationSerializer(serializers.Serializer):
     """The asynchronous Operation (spec "Operation"); read-only.
 
     Context: ``request`` (the API) or nothing (a worker rendering a callback body).

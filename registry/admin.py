@@ -18,7 +18,6 @@ from core.admin_base import (
     id_link,
     pretty_json,
 )
-
 from decision.models import (
     Approval,
     CommerceSession,

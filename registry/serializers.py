@@ -16,7 +16,6 @@ from agp_project.http.serializers import (
     MoneySerializer,
     SignatureSerializer,
     StrictSerializer,
-    shares_bound_fields,
 )
 
 from .choices import (
@@ -57,7 +56,6 @@ class AgentField(serializers.CharField):
         super().__init__(**kwargs)
 
 
-@shares_bound_fields
 class ScopeField(serializers.CharField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
@@ -208,7 +206,6 @@ def _is_scalar(value) -> bool:
          "required": ["enum"], "additionalProperties": False},
     ]},
 })
-@shares_bound_fields
 class ParameterRangesField(serializers.Field):
     """``{name: {"min": n, "max": n}}`` (either bound or both) or ``{name: {"enum": [...]}}``.
 
@@ -285,7 +282,6 @@ class CapabilitySerializer(StrictSerializer):
 
 
 # --- skills -------------------------------------------------------------------------------
-@shares_bound_fields
 class HttpUrlField(serializers.URLField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)

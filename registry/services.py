@@ -32,10 +32,10 @@ from django_fsm import ConcurrentTransition, can_proceed
 from agp_project import errors
 from agp_project.canonical import bytes_hash
 from agp_project.ids import new_id
+from agp_project.net import url_guard_registration
 from agp_project.signing import sign_resource
 from agp_project.timeutil import not_in_future
 from core.ledger import ledger_append
-from agp_project.net import url_guard_registration
 
 from . import selectors
 from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, TaskStatus

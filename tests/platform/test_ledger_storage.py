@@ -8,7 +8,9 @@ import pytest
 from django.core import serializers
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
-from hypothesis import given, settings as hypothesis_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from agp_project.canonical import canonical_json, content_hash
 from core.fields import load_json
