@@ -1,17 +1,16 @@
 """Reads of the Decision API, including the checks other apps run before acting.
 
-The execution app's fail-closed checks (CONTRACT C8, checks 4-8) use the querysets
-here (``impact_assessments_newest_first``, ``approvals_standing``,
-``escalations_blocking``): they compile them once and read them together with the
-other checks' rows in one statement, so these functions are the one definition of each
-rule. Their SQL must not depend on the values of their arguments, only on which are
-given (execution/checks.py compiles them with placeholder values). Each takes model
-instances or plain ids, so callers need not load rows first.
+The execution app's fail-closed checks (CONTRACT C8, checks 4-9) read through the
+querysets here (``impact_assessments_newest_first``, ``approvals_standing``,
+``escalations_blocking``, ``commerce_spending_under``), so each rule has one definition.
+Each takes model instances or plain ids, so callers need not load rows first.
 """
 
 from datetime import datetime
+from decimal import Decimal
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Case, DecimalField, Exists, F, OuterRef, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import Coalesce
 
 from registry.choices import ActionClass, RiskLevel
 from registry.models import Task
@@ -113,6 +112,28 @@ def escalation_blocking(*, task_id: str | None = None, decision_id: str | None =
                         action_id: str | None = None) -> bool:
     """True when an open or upheld escalation names the task, the decision or the action."""
     return escalations_blocking(task_id=task_id, decision_id=decision_id, action_id=action_id).exists()
+
+
+# --- spending under delegations --------------------------------------------------------------
+MONEY = DecimalField(max_digits=20, decimal_places=4)
+ZERO = Decimal("0")
+
+
+def commerce_spending_under(*, paths: list[str]) -> list[Decimal]:
+    """What the commerce sessions under each delegation path (its link and every descendant)
+    have spent or reserved, in the order of ``paths`` (one query).
+
+    ``paths`` are the materialised paths of one chain, root first: every session under a
+    later path lies under the first, so one aggregate over the root's subtree sums them all.
+    """
+    if not paths:
+        return []
+    sums = CommerceSession.objects.filter(delegation__path__startswith=paths[0]).aggregate(**{
+        f"under_{number}": Coalesce(Sum(Case(
+            When(delegation__path__startswith=path, then=F("spent_amount") + F("reserved_amount")),
+            default=Value(ZERO), output_field=MONEY)), Value(ZERO), output_field=MONEY)
+        for number, path in enumerate(paths)})
+    return [sums[f"under_{number}"] or ZERO for number in range(len(paths))]
 
 
 # --- plain reads -----------------------------------------------------------------------------

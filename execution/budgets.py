@@ -16,16 +16,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Case, F, Q, Sum, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import F, Q, Value
 from django.utils import timezone
 
 from agp_project import errors
 from core.ledger import ledger_append
 from decision.models import CommerceSession
+from decision.selectors import MONEY, commerce_spending_under
 from registry.models import Delegation
 
-from .checks import MONEY, ZERO
 from .choices import WORKER_ACTOR, PaymentStatus
 from .models import ActionEnvelope, Payment
 
@@ -63,13 +62,8 @@ def payment_reserve(*, envelope: ActionEnvelope, session_id: str, amount: Decima
     list(Delegation.objects.select_for_update(no_key=True).filter(pk=chain_pks[0]).values_list("pk", flat=True))
     links = [_Link(*row) for row in Delegation.objects.filter(pk__in=chain_pks).order_by("depth", "pk")
              .values_list("pk", "delegation_id", "path", "spend_currency", "spend_amount")]
-    sums = CommerceSession.objects.filter(delegation__path__startswith=links[0].path).aggregate(**{
-        f"link_{link.pk}": Coalesce(Sum(Case(
-            When(delegation__path__startswith=link.path, then=F("spent_amount") + F("reserved_amount")),
-            default=Value(ZERO), output_field=MONEY)), Value(ZERO), output_field=MONEY)
-        for link in links})
-    for link in links:
-        used = sums[f"link_{link.pk}"] or ZERO
+    spending = commerce_spending_under(paths=[link.path for link in links])
+    for link, used in zip(links, spending, strict=True):
         if link.spend_currency != currency or link.spend_amount is None or used + amount > link.spend_amount:
             raise BudgetExhausted(f"delegation {link.delegation_id!r} spend limit would be exceeded "
                                   f"({used} already spent or reserved)")

@@ -23,7 +23,6 @@ the tool but before step 3): ``noop`` is harmless and ``http`` sends the operati
 ``Idempotency-Key`` so the tool can recognise the repeat.
 """
 
-import functools
 import logging
 import threading
 from contextlib import contextmanager
@@ -39,7 +38,6 @@ from django_fsm import can_proceed
 
 from agp_project import errors
 from agp_project.canonical import content_hash
-from agp_project.db import convert_row, field_converters, prepared_cursor
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append, ledger_batch
@@ -117,61 +115,15 @@ def _enqueue_callback(operation: Operation) -> None:
         outbox_enqueue(task_name=CALLBACK_TASK, args=[operation.operation_id])
 
 
-# Envelope columns only the http connector's document reads: left out of the locked read
-# (Django loads a left-out column on access).
-_ENVELOPE_DOCUMENT_ONLY = ("checks", "governance_attestations", "signature", "allowed_parameter_ranges")
-
-
 def _operation_locked(operation_id: str) -> Operation | None:
-    """The operation row, locked, with its envelope (one statement; the lock is on the operation only).
+    """The operation row, locked, with its envelope (one query; the lock is on the operation only).
 
     The row lock serialises every worker holding a message for this operation (a
     redelivery, a recovery nudge, a duplicate publish): one claims, the others see the
-    claim when the lock is released. On PostgreSQL the statement is fixed and prepared
-    (``_LockedRead``): every task runs it, and building it through the ORM cost more
-    than answering it.
+    claim when the lock is released.
     """
-    if connection.vendor == "postgresql":
-        return _LockedRead.get().run(operation_id)
     return (Operation.objects.select_related("envelope").select_for_update(of=("self",))
-            .defer(*(f"envelope__{name}" for name in _ENVELOPE_DOCUMENT_ONLY))
             .filter(operation_id=operation_id).first())
-
-
-class _LockedRead:
-    """``_operation_locked``'s statement on PostgreSQL, with the ORM's own converters and model loading."""
-
-    @classmethod
-    @functools.cache
-    def get(cls) -> "_LockedRead":
-        return cls()
-
-    def __init__(self):
-        quote = connection.ops.quote_name
-        operation_fields = list(Operation._meta.concrete_fields)
-        envelope_fields = [f for f in ActionEnvelope._meta.concrete_fields if f.name not in _ENVELOPE_DOCUMENT_ONLY]
-        columns = [f"o.{quote(f.column)}" for f in operation_fields] + [f"e.{quote(f.column)}" for f in envelope_fields]
-        self.link = Operation._meta.get_field("envelope")
-        self.sql = (f"SELECT {', '.join(columns)} FROM {quote(Operation._meta.db_table)} o "
-                    f"JOIN {quote(ActionEnvelope._meta.db_table)} e "
-                    f"ON e.{quote(self.link.target_field.column)} = o.{quote(self.link.column)} "
-                    f"WHERE o.{quote(Operation._meta.get_field('operation_id').column)} = %s FOR UPDATE OF o")
-        self.converters = field_converters(operation_fields + envelope_fields, connection)
-        self.operation_attnames = [f.attname for f in operation_fields]
-        self.envelope_attnames = [f.attname for f in envelope_fields]
-
-    def run(self, operation_id: str) -> Operation | None:
-        with prepared_cursor() as cursor:
-            cursor.execute(self.sql, [operation_id])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        values = convert_row(list(row), self.converters, connection)
-        split = len(self.operation_attnames)
-        operation = Operation.from_db(connection.alias, self.operation_attnames, values[:split])
-        envelope = ActionEnvelope.from_db(connection.alias, self.envelope_attnames, values[split:])
-        self.link.set_cached_value(operation, envelope)
-        return operation
 
 
 def _claim_locked(*, operation: Operation | None, operation_id: str, executor: str) -> Claim | str:

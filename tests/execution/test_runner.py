@@ -18,7 +18,12 @@ from decision.models import CommerceSession
 from execution import connectors
 from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment, Receipt
 from execution.runner import (
-    Claim, lease_kept, operation_claim, operation_execute, operation_finish, operations_recover,
+    Claim,
+    lease_kept,
+    operation_claim,
+    operation_execute,
+    operation_finish,
+    operations_recover,
 )
 from execution.serializers_operations import ReceiptSerializer
 from registry.models import Capability, Task
@@ -320,29 +325,3 @@ def test_it_answers_a_receipt_id_that_lost_the_race_with_409_and_rolls_back(api,
     response = api.post("/agp/receipts", {"action_id": second_action, "operation_id": second,
                                           "status": "succeeded", "receipt_id": "rcpt-raced"}, format="json")
     assert response.status_code == 409 and response.json()["error"]["code"] == "AGP_CONFLICT"
-
-
-@pytest.mark.postgres
-def test_the_locked_read_loads_what_the_orm_loads(api, db, django_assert_num_queries):
-    from django.db import transaction
-
-    from execution.runner import _operation_locked
-
-    operation_id = accept(api, make_world(action_class="transact"))
-    Operation.objects.filter(operation_id=operation_id).update(error={"code": "X", "details": {"n": 1.5}})
-    expected = Operation.objects.select_related("envelope").get(operation_id=operation_id)
-    with transaction.atomic():
-        with django_assert_num_queries(1):
-            operation = _operation_locked(operation_id)
-            envelope = operation.envelope
-            loaded = {f.attname: getattr(operation, f.attname) for f in Operation._meta.concrete_fields}
-            inputs, parameters = envelope.inputs, envelope.parameters
-        assert loaded == {f.attname: getattr(expected, f.attname) for f in Operation._meta.concrete_fields}
-        assert (inputs, parameters) == (expected.envelope.inputs, expected.envelope.parameters)
-        assert isinstance(envelope.created_at, type(expected.envelope.created_at))
-        # The columns only the http connector's document reads are loaded on access.
-        with django_assert_num_queries(1):
-            assert envelope.signature == expected.envelope.signature
-        assert {f.attname: getattr(envelope, f.attname) for f in ActionEnvelope._meta.concrete_fields} == {
-            f.attname: getattr(expected.envelope, f.attname) for f in ActionEnvelope._meta.concrete_fields}
-        assert _operation_locked("op_missing") is None

@@ -1,0 +1,379 @@
+"""The ten fail-closed checks of CONTRACT C8, each a pure function of the loaded state.
+
+Nothing here queries the database: ``execution.checks.state`` loaded everything. Each rule
+returns its ``Outcome``; the rules that resolve a reference (the usable delegation, the
+approval, the commerce session) return it beside the outcome.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from decision.models import Approval, CommerceSession, Escalation, ImpactAssessment, PolicyEvaluation
+from decision.selectors import ZERO, impact_assessment_required
+from registry.models import Capability, Delegation, LiabilityBinding, Skill, Task, path_pks
+from registry.scopes import scope_covers, tool_scope
+from registry.selectors import delegation_links_problem
+
+from ..choices import PaymentStatus
+from ..models import Payment
+from .report import EnvelopeInputs, Outcome
+
+CLOCK_SKEW = timedelta(seconds=60)
+AMOUNT_QUANTUM = Decimal("0.0001")
+MAX_AMOUNT = Decimal("1e14")  # DecimalField(max_digits=18, decimal_places=4)
+
+
+def _expired(value: datetime | None, now: datetime) -> bool:
+    return value is not None and value <= now
+
+
+def to_decimal(value: Any) -> Decimal | None:
+    """A finite number as a Decimal (a JSON number or a numeric string), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def amount_problem(amount: Decimal | None) -> str | None:
+    """Why ``amount`` cannot be transacted, or None when it can."""
+    if amount is None or amount <= 0:
+        return "a transact action needs parameters.amount, a number greater than 0"
+    # Compared with the limit first: quantizing an amount beyond Decimal's precision raises.
+    if amount >= MAX_AMOUNT or amount != amount.quantize(AMOUNT_QUANTUM):
+        # Amounts are stored with 4 decimal places: a finer amount would be rounded on one
+        # side of the ledger and not the other.
+        return f"parameters.amount {amount} has more than 4 decimal places or is too large"
+    return None
+
+
+def usable_amount(parameters: dict[str, Any]) -> Decimal | None:
+    """``parameters.amount`` when it can be transacted, else None."""
+    amount = to_decimal(parameters.get("amount"))
+    return None if amount_problem(amount) else amount
+
+
+def is_currency(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 3
+
+
+def parameters_violations(parameters: dict[str, Any], ranges: dict[str, Any]) -> list[str]:
+    """Every way ``parameters`` leave the capability's ``allowed_parameter_ranges``.
+
+    A range is ``{"min": n, "max": n}`` (either bound optional) or ``{"enum": [...]}``. A
+    parameter the ranges do not name is unconstrained; a named parameter that is absent
+    is not checked (there is nothing to bound). A range of any other shape fails closed.
+    """
+    problems = []
+    for name in sorted(ranges):
+        spec = ranges[name]
+        if name not in parameters:
+            continue
+        value = parameters[name]
+        if not isinstance(spec, dict) or not spec or set(spec) - {"min", "max", "enum"}:
+            problems.append(f"parameter {name!r} has an unsupported range {spec!r}")
+            continue
+        if "enum" in spec:
+            allowed = spec["enum"]
+            if not isinstance(allowed, list) or value not in allowed or isinstance(value, bool) != any(
+                    isinstance(item, bool) and item == value for item in allowed):
+                problems.append(f"parameter {name!r}={value!r} is not one of {allowed!r}")
+            continue
+        number = to_decimal(value) if not isinstance(value, str) else None
+        if number is None:
+            problems.append(f"parameter {name!r}={value!r} is not a number")
+            continue
+        low, high = to_decimal(spec.get("min")), to_decimal(spec.get("max"))
+        if ("min" in spec and low is None) or ("max" in spec and high is None):
+            problems.append(f"parameter {name!r} has an unsupported range {spec!r}")
+        elif low is not None and number < low:
+            problems.append(f"parameter {name!r}={value!r} is below the minimum {spec['min']!r}")
+        elif high is not None and number > high:
+            problems.append(f"parameter {name!r}={value!r} is above the maximum {spec['max']!r}")
+    return problems
+
+
+# --- 1. task -----------------------------------------------------------------------------------------
+def check_task(*, task: Task | None, inputs: EnvelopeInputs) -> Outcome:
+    if task is None:
+        return Outcome.fail("task", f"task {inputs.task_id!r} does not exist")
+    if task.status != "open":
+        return Outcome.fail("task", f"task {task.task_id!r} is {task.status}, not open")
+    return Outcome.ok("task", f"task {task.task_id!r} is open")
+
+
+# --- 2. delegation ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DelegationFound:
+    outcome: Outcome
+    delegation: Delegation | None = None
+    chain: tuple[Delegation, ...] = ()  # root first, the delegation last
+
+
+def check_delegation(*, task: Task | None, inputs: EnvelopeInputs, candidates: list[Delegation],
+                     links: dict[int, Delegation], now: datetime) -> DelegationFound:
+    """The agent's newest delegation for the root principal whose whole chain is usable,
+    preferring the one the capability was issued under (``candidates`` are in that order)."""
+    if task is None:
+        return DelegationFound(Outcome.fail("delegation", "no root principal to look up: the task does not exist"))
+    broken = None
+    for candidate in candidates:
+        chain = tuple(links.get(pk) for pk in path_pks(candidate.path))
+        # The validity rule is the registry's (one definition for C5 and C8).
+        problem = delegation_links_problem(links=list(chain), now=now) if chain else "it has no recorded chain"
+        if problem is None:
+            return DelegationFound(Outcome.ok("delegation", f"delegation {candidate.delegation_id!r} and its whole "
+                                                            f"chain are active"), candidate, chain)
+        broken = broken or (f"delegation {candidate.delegation_id!r} (held by the agent for root principal "
+                            f"{task.root_principal!r}) is unusable: {problem}")
+    if broken:
+        return DelegationFound(Outcome.fail("delegation", broken))
+    return DelegationFound(Outcome.fail("delegation", f"agent {inputs.agent_id!r} holds no active, unexpired "
+                                                      f"delegation for root principal {task.root_principal!r}"))
+
+
+# --- 3. capability and skill ------------------------------------------------------------------------------
+def check_capability(*, capability: Capability | None, skill: Skill | None, delegation: Delegation | None,
+                     inputs: EnvelopeInputs, now: datetime) -> Outcome:
+    problems = []
+    if capability is None:
+        problems.append(f"capability {inputs.capability_token_ref!r} does not exist")
+    else:
+        if capability.status != "active" or capability.revoked_record or capability.agent_revoked:
+            problems.append(f"capability {capability.capability_id!r} is revoked")
+        if _expired(capability.expires_at, now):
+            problems.append(f"capability {capability.capability_id!r} expired at {capability.expires_at.isoformat()}")
+        if capability.agent_id != inputs.agent_id:
+            problems.append(f"capability {capability.capability_id!r} belongs to another agent")
+        if capability.tool_id != inputs.tool_id:
+            problems.append(f"capability {capability.capability_id!r} is for tool {capability.tool_id!r}, "
+                            f"not {inputs.tool_id!r}")
+        operations = capability.operations or []
+        if inputs.operation not in operations and "*" not in operations:
+            problems.append(f"capability {capability.capability_id!r} does not cover operation "
+                            f"{inputs.operation!r}")
+        if delegation is not None:
+            # Without a usable delegation check 2 already fails: the scope rule has no
+            # delegation to be measured against, and the verdict is rejected either way.
+            wanted = tool_scope(inputs.tool_id, inputs.operation)
+            if capability.delegation_id != delegation.delegation_id:
+                problems.append(f"capability {capability.capability_id!r} was issued under delegation "
+                                f"{capability.delegation_id!r}, not the agent's active delegation "
+                                f"{delegation.delegation_id!r}")
+            elif not scope_covers(delegation.authority_scope or [], wanted):
+                problems.append(f"{wanted!r} lies outside the authority scope of delegation "
+                                f"{delegation.delegation_id!r}")
+        problems.extend(parameters_violations(inputs.parameters, capability.allowed_parameter_ranges or {}))
+    if skill is None:
+        problems.append(f"agent {inputs.agent_id!r} has no active skill for tool {inputs.tool_id!r}")
+    if problems:
+        return Outcome.fail("capability", *problems)
+    return Outcome.ok("capability", f"capability {capability.capability_id!r} covers {inputs.tool_id}:"
+                                    f"{inputs.operation} within delegation scope; skill {skill.skill_id!r}")
+
+
+# --- 4. decision ------------------------------------------------------------------------------------------
+def check_decision(*, decision, inputs: EnvelopeInputs) -> Outcome:
+    problems = []
+    if decision is None:
+        problems.append(f"decision {inputs.decision_ref!r} does not exist")
+    else:
+        if decision.task_id != inputs.task_id:
+            problems.append(f"decision {decision.decision_id!r} is for another task")
+        if decision.status != "finalised":
+            problems.append(f"decision {decision.decision_id!r} is {decision.status}, not finalised")
+        if decision.outcome != "approve":
+            problems.append(f"decision {decision.decision_id!r} has outcome {decision.outcome!r}, not approve")
+    if problems:
+        return Outcome.fail("decision", *problems)
+    return Outcome.ok("decision", f"decision {decision.decision_id!r} is finalised with outcome approve")
+
+
+# --- 5. policy evaluation ---------------------------------------------------------------------------------
+def check_policy_evaluation(*, evaluation: PolicyEvaluation | None, inputs: EnvelopeInputs) -> Outcome:
+    problems = []
+    if evaluation is None:
+        problems.append(f"policy evaluation {inputs.policy_decision_ref!r} does not exist")
+    else:
+        policy_set = evaluation.policy_set
+        if evaluation.task_id != inputs.task_id:
+            problems.append(f"policy evaluation {evaluation.evaluation_id!r} is for another task")
+        if evaluation.agent_id != inputs.agent_id:
+            problems.append(f"policy evaluation {evaluation.evaluation_id!r} is for another agent")
+        if not evaluation.allowed or not (evaluation.result or {}).get("allow", False):
+            reasons = (evaluation.result or {}).get("reasons") or []
+            problems.append(f"policy evaluation {evaluation.evaluation_id!r} did not allow the action"
+                            + (f" ({', '.join(map(str, reasons))})" if reasons else ""))
+        if policy_set.status == "revoked":
+            problems.append(f"policy set {policy_set.policy_set_id!r} is revoked")
+        if policy_set.ruleset_hash != evaluation.ruleset_hash:
+            problems.append(f"policy set {policy_set.policy_set_id!r} ruleset changed since the evaluation")
+    if problems:
+        return Outcome.fail("policy_evaluation", *problems)
+    return Outcome.ok("policy_evaluation", f"policy evaluation {evaluation.evaluation_id!r} allowed the action "
+                                           f"under policy set {evaluation.policy_set_id!r}")
+
+
+# --- 6. impact assessment (C7 rule 5) ---------------------------------------------------------------------
+def check_impact_assessment(*, task: Task | None, assessment: ImpactAssessment | None,
+                            inputs: EnvelopeInputs) -> Outcome:
+    if task is None:
+        return Outcome.fail("impact_assessment", "cannot tell whether an impact assessment is required: no task")
+    if not impact_assessment_required(task=task):
+        return Outcome.ok("impact_assessment", "not required for this task's risk level and action class")
+    if assessment is None:
+        return Outcome.fail("impact_assessment", f"a {task.risk_level} {task.action_class} task needs an impact "
+                                                 f"assessment for decision {inputs.decision_ref!r}")
+    if assessment.recommendation == "do_not_proceed":
+        return Outcome.fail("impact_assessment", f"impact assessment {assessment.assessment_id!r} recommends "
+                                                 f"do_not_proceed")
+    return Outcome.ok("impact_assessment", f"impact assessment {assessment.assessment_id!r} recommends "
+                                           f"{assessment.recommendation}")
+
+
+# --- 7. approval ------------------------------------------------------------------------------------------
+def check_approval(*, approval: Approval | None, task: Task | None, evaluation: PolicyEvaluation | None,
+                   inputs: EnvelopeInputs) -> tuple[Outcome, Approval | None]:
+    """The newest approved, unexpired approval of the decision, unless a later approval
+    rejected it (approvals are immutable, so a later rejection is how one is withdrawn).
+    Required when the task is critical or the evaluation said ``require_approval``."""
+    usable = approval if approval is not None and not approval.rejected_later else None
+    required_because = []
+    if task is not None and task.risk_level == "critical":
+        required_because.append("the task is critical")
+    if evaluation is not None and evaluation.require_approval:
+        required_because.append("the policy evaluation requires approval")
+    if usable is not None:
+        return Outcome.ok("approval", f"approval {usable.approval_id!r} by {usable.approver!r} is approved and "
+                                      f"unexpired"), usable
+    if not required_because:
+        return Outcome.ok("approval", "not required"), None
+    why = " and ".join(required_because)
+    if approval is not None:
+        return Outcome.fail("approval", f"approval is required ({why}); approval {approval.approval_id!r} was "
+                                        f"rejected by a later approval"), None
+    return Outcome.fail("approval", f"approval is required ({why}) but decision {inputs.decision_ref!r} has no "
+                                    f"approved, unexpired approval"), None
+
+
+# --- 8. escalation ----------------------------------------------------------------------------------------
+def check_escalation(*, escalations: list[Escalation]) -> Outcome:
+    if not escalations:
+        return Outcome.ok("escalation", "no open or upheld escalation")
+    names = ", ".join(f"{row.escalation_id!r} ({'open' if row.status == 'open' else 'upheld'})"
+                      for row in sorted(escalations, key=lambda row: -row.pk))
+    return Outcome.fail("escalation", f"blocking escalation(s) on the task, decision or action: {names}")
+
+
+# --- 9. commerce ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OwnReservation:
+    """An amount already held by the envelope being re-checked (its Payment row)."""
+
+    session_id: str
+    reserved: Decimal  # the part still counted in ``reserved_amount``
+    spent: Decimal  # the part already moved into ``spent_amount``
+
+    @classmethod
+    def of(cls, *, session_id: str, payment: Payment | None) -> "OwnReservation":
+        status, amount = (payment.status, payment.amount) if payment is not None else (None, ZERO)
+        return cls(session_id=session_id, reserved=amount if status == PaymentStatus.RESERVED else ZERO,
+                   spent=amount if status == PaymentStatus.COMMITTED else ZERO)
+
+
+@dataclass(frozen=True)
+class CommerceFound:
+    outcome: Outcome
+    session_ref: str | None = None
+    amount: Decimal | None = None
+    currency: str | None = None
+
+
+def check_commerce(*, task: Task | None, inputs: EnvelopeInputs, delegation: Delegation | None,
+                   chain: tuple[Delegation, ...], spending: list[Decimal] | None,
+                   session: CommerceSession | None, binding: LiabilityBinding | None, now: datetime,
+                   own: OwnReservation | None) -> CommerceFound:
+    """Check 9 for ``transact``: a session with room, the chain's spend limits, a liability binding."""
+    if task is None:
+        return CommerceFound(Outcome.fail("commerce", "cannot tell whether the action transacts: no task"))
+    if task.action_class != "transact":
+        return CommerceFound(Outcome.ok("commerce", f"not required for action class {task.action_class}"))
+    problems = []
+    amount = to_decimal(inputs.parameters.get("amount"))
+    currency = inputs.parameters.get("currency")
+    problem = amount_problem(amount)
+    if problem:
+        problems.append(problem)
+        amount = None
+    if not is_currency(currency):
+        problems.append("a transact action needs parameters.currency, a 3-letter currency code")
+        currency = None
+
+    if session is None:
+        problems.append(f"no open, unexpired commerce session for task {task.task_id!r} and agent "
+                        f"{inputs.agent_id!r}")
+    else:
+        if session.status != "open":
+            problems.append(f"commerce session {session.session_id!r} is {session.status}")
+        if _expired(session.expires_at, now):
+            problems.append(f"commerce session {session.session_id!r} has expired")
+        if currency is not None and session.currency != currency:
+            problems.append(f"commerce session {session.session_id!r} is in {session.currency}, not {currency}")
+        if amount is not None:
+            own_held = (own.reserved + own.spent) if own is not None else ZERO
+            room = session.amount_limit - session.spent_amount - session.reserved_amount + own_held
+            if amount > room:
+                problems.append(f"commerce session {session.session_id!r} has {room} {session.currency} left, "
+                                f"less than {amount}")
+
+    # The delegation's spend limit, for every link of the agent's chain: what all sessions
+    # under a link (its own and its descendants') have spent or reserved, plus this
+    # amount, stays within that link's limit. Without a usable delegation check 2 already
+    # fails (and the verdict with it): there is no chain to measure.
+    if delegation is not None:
+        if session is not None and session.delegation_id not in {link.delegation_id for link in chain}:
+            problems.append(f"commerce session {session.session_id!r} is under delegation "
+                            f"{session.delegation_id!r}, outside the agent's delegation chain")
+        for link, used in zip(chain, spending, strict=True):
+            if link.spend_currency is None or link.spend_amount is None:
+                problems.append(f"delegation {link.delegation_id!r} grants no spending authority (no spend_limit)")
+                continue
+            if currency is not None and link.spend_currency != currency:
+                problems.append(f"delegation {link.delegation_id!r} spend limit is in {link.spend_currency}, "
+                                f"not {currency}")
+                continue
+            if amount is None:
+                continue
+            if own is not None and session is not None and session.delegation.path.startswith(link.path):
+                used -= own.reserved + own.spent
+            if used + amount > link.spend_amount:
+                problems.append(f"delegation {link.delegation_id!r} spend limit {link.spend_amount} "
+                                f"{link.spend_currency} would be exceeded ({used} already spent or reserved)")
+
+    if binding is None:
+        problems.append(f"agent {inputs.agent_id!r} has no active liability binding for root principal "
+                        f"{task.root_principal!r}")
+    elif binding.coverage_amount is not None and amount is not None and (
+            binding.coverage_currency != currency or amount > binding.coverage_amount):
+        problems.append(f"liability binding {binding.binding_id!r} covers {binding.coverage_amount} "
+                        f"{binding.coverage_currency}, not {amount} {currency}")
+
+    session_ref = session.session_id if session is not None else None
+    if problems:
+        return CommerceFound(Outcome.fail("commerce", *problems), session_ref, amount, currency)
+    return CommerceFound(Outcome.ok("commerce", f"{amount} {currency} fits commerce session {session.session_id!r}, "
+                                                f"the spend limits of the delegation chain, and liability binding "
+                                                f"{binding.binding_id!r}"), session_ref, amount, currency)
+
+
+# --- 10. created_at ---------------------------------------------------------------------------------------
+def check_created_at(*, inputs: EnvelopeInputs, now: datetime) -> Outcome:
+    if inputs.created_at > now + CLOCK_SKEW:
+        return Outcome.fail("created_at", f"created_at {inputs.created_at.isoformat()} is more than "
+                                          f"{int(CLOCK_SKEW.total_seconds())} s in the future")
+    return Outcome.ok("created_at", "not in the future")
