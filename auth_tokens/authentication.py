@@ -48,7 +48,9 @@ def client_id_for_request(django_request) -> str | None:
 
 class BearerTokenAuthentication(BaseAuthentication):
     def authenticate(self, request):
-        principal = _principal(request._request)
+        # DRF's Request hands attributes it lacks to Django's request, where the middleware
+        # left the principal it computed.
+        principal = _principal(request)
         if principal is None:
             return None
         return (principal, None)

@@ -197,13 +197,13 @@ class LedgerHeadAdmin(ReadOnlyModelAdmin):
 class IdempotencyRecordAdmin(ReadOnlyModelAdmin):
     """Stored answers to requests sent with an Idempotency-Key; the body is shown by size only."""
 
-    list_display = ("key", "client_id", "method", "path", "state", "response_status", "locked_at", "expires_at")
-    list_filter = (id_filter("client", "client_id"), "state", "method", "response_status", "expires_at")
+    list_display = ("key", "client_id", "method", "path", "response_status", "created_at", "expires_at")
+    list_filter = (id_filter("client", "client_id"), "method", "response_status", "expires_at")
     search_fields = ("=key", "client_id", "path")
     date_hierarchy = "expires_at"
-    ordering = ("-locked_at",)
-    fields = ("client_id", "method", "path", "key", "fingerprint", "state", "response_status", "response_size",
-              "response_headers", "locked_at", "expires_at")
+    ordering = ("-created_at",)
+    fields = ("client_id", "method", "path", "key", "fingerprint", "response_status", "response_size",
+              "response_headers", "created_at", "expires_at")
     readonly_fields = ("response_size",)
 
     @admin.display(description="response body")

@@ -52,21 +52,18 @@ class LedgerEvent(models.Model):
 
 
 class IdempotencyRecord(models.Model):
-    """A request made with an ``Idempotency-Key`` and, once answered, its response (C4)."""
-
-    IN_FLIGHT = "in_flight"
-    DONE = "done"
+    """The response to a request made with an ``Idempotency-Key`` (C4), stored in the
+    transaction that did the request's work."""
 
     client_id = models.CharField(max_length=128)
     method = models.CharField(max_length=8)
     path = models.CharField(max_length=512)
     key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64)
-    state = models.CharField(max_length=16, default=IN_FLIGHT)
-    response_status = models.PositiveSmallIntegerField(null=True)
-    response_body = models.BinaryField(null=True)
+    response_status = models.PositiveSmallIntegerField()
+    response_body = models.BinaryField()
     response_headers = models.JSONField(default=dict)
-    locked_at = models.DateTimeField()
+    created_at = models.DateTimeField()
     expires_at = models.DateTimeField(db_index=True)
 
     class Meta:

@@ -23,6 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agp_project import errors
+from agp_project.http.prefer import EXECUTE, VALIDATE
 from agp_project.ids import new_id
 from agp_project.signing import get_signer, sign_resource
 from agp_project.timeutil import iso
@@ -36,8 +37,6 @@ from .outbox import outbox_enqueue
 from .serializers_envelopes import envelope_document
 
 BROKER_TIMEOUT_SECONDS = 1.0
-MODE_VALIDATE = "validate"
-MODE_EXECUTE = "execute"
 
 
 @dataclass
@@ -122,7 +121,7 @@ def envelope_validate(*, inputs: EnvelopeInputs, actor: str) -> ActionEnvelope:
     """Validate only: the signed envelope as it would execute (unsaved); nothing reserved or run."""
     report = _submission_checks(inputs)
     if not report.passed:
-        envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_VALIDATE)
+        envelope_reject(inputs=inputs, report=report, actor=actor, mode=VALIDATE)
     envelope = _envelope(inputs=inputs, report=report, actor=actor, now=timezone.now())
     ledger_record(event_type="envelope.validated", resource_type="ActionEnvelope", resource_id=inputs.action_id,
                   actor=actor, payload=_ledger_payload(
@@ -171,7 +170,7 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
     """Validate and accept for asynchronous execution (``Prefer: respond-async``)."""
     report = _submission_checks(inputs)
     if not report.passed:
-        envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_EXECUTE)
+        envelope_reject(inputs=inputs, report=report, actor=actor, mode=EXECUTE)
     broker_ensure_reachable()
     now = timezone.now()
     transact = report.action_class == "transact"
@@ -206,5 +205,5 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
         for result in report.results:
             if result["check"] == "commerce":
                 result.update(passed=False, reason=exc.reason)
-        envelope_reject(inputs=inputs, report=report, actor=actor, mode=MODE_EXECUTE)
+        envelope_reject(inputs=inputs, report=report, actor=actor, mode=EXECUTE)
     return Accepted(envelope=envelope, operation=operation)

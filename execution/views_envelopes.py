@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agp_project import errors
+from agp_project.http.prefer import EXECUTE, execution_mode, parse_prefer
 from agp_project.http.schema import ErrorEnvelopeSerializer
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
@@ -18,63 +19,6 @@ from .serializers_operations import OperationSerializer, operation_representatio
 from .services import envelope_accept, envelope_inputs, envelope_validate
 
 RETRY_AFTER_SECONDS = "1"
-
-
-def _split_outside_quotes(text: str, separator: str) -> list[str]:
-    parts, current, quoted, escaped = [], [], False, False
-    for char in text:
-        if escaped:
-            current.append(char)
-            escaped = False
-        elif quoted and char == "\\":
-            current.append(char)
-            escaped = True
-        elif char == '"':
-            current.append(char)
-            quoted = not quoted
-        elif char == separator and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return parts
-
-
-def _unquote(value: str) -> str:
-    value = value.strip()
-    if len(value) >= 2 and value[0] == value[-1] == '"':
-        inner, out, escaped = value[1:-1], [], False
-        for char in inner:
-            if escaped or char != "\\":
-                out.append(char)
-                escaped = False
-            else:
-                escaped = True
-        return "".join(out)
-    return value
-
-
-def parse_prefer(header: str) -> dict[str, str | None]:
-    """RFC 7240 ``Prefer``: ``{name: value}`` with lower-cased names (and ``return`` values).
-
-    Several headers arrive joined by commas; empty list elements are skipped; a
-    preference's parameters (``; name=value``) are accepted and ignored; when a preference
-    appears more than once only the first counts (RFC 7240 section 2).
-    """
-    preferences: dict[str, str | None] = {}
-    for element in _split_outside_quotes(header or "", ","):
-        head = _split_outside_quotes(element, ";")[0].strip()
-        if not head:
-            continue
-        name, sep, value = head.partition("=")
-        name = name.strip().lower()
-        if not name or name in preferences:
-            continue
-        preferences[name] = _unquote(value) if sep else None
-    if preferences.get("return"):
-        preferences["return"] = preferences["return"].lower()
-    return preferences
 
 
 PREFER_PARAMETER = OpenApiParameter(
@@ -124,7 +68,7 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
     def create(self, request, *args, **kwargs):
         preferences = parse_prefer(request.META.get("HTTP_PREFER", ""))
         inputs = envelope_inputs(validated=self.parse())
-        if "respond-async" in preferences:
+        if execution_mode(request.META.get("HTTP_PREFER", "")) == EXECUTE:
             accepted = envelope_accept(inputs=inputs, actor=self.actor)
             body = operation_representation(accepted.operation, request=request)
             return Response(body, status=status.HTTP_202_ACCEPTED, headers={

@@ -53,7 +53,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "agp_project.http.idempotency.IdempotencyMiddleware",
+    "auth_tokens.middleware.ClientMiddleware",
+    "core.idempotency.IdempotencyMiddleware",
 ]
 
 ROOT_URLCONF = "agp_project.urls"
@@ -113,9 +114,6 @@ AGP_MAX_BODY_BYTES = env_int("AGP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = AGP_MAX_BODY_BYTES
 AGP_BASE_URL = (env_str("AGP_BASE_URL") or "").rstrip("/")
 AGP_IDEMPOTENCY_TTL_SECONDS = env_int("AGP_IDEMPOTENCY_TTL_SECONDS", 86400, minimum=1)
-# A request holding a key for longer than this is presumed dead (its process crashed);
-# a retry may then take the key over.
-AGP_IDEMPOTENCY_LOCK_SECONDS = env_int("AGP_IDEMPOTENCY_LOCK_SECONDS", 120, minimum=1)
 
 # --- Authentication (CONTRACT C3) ---------------------------------------------------
 AGP_AUTH_SECRET = env_str("AGP_AUTH_SECRET")

@@ -89,8 +89,8 @@ def test_it_creates_the_auditors_group_on_bootstrap_safely_twice(db, settings, t
 
 def _record(key: str, expires_at) -> IdempotencyRecord:
     return IdempotencyRecord.objects.create(client_id="c", method="POST", path="/agp/tasks", key=key,
-                                            fingerprint="0" * 64, state=IdempotencyRecord.DONE, response_status=201,
-                                            response_body=b"{}", locked_at=timezone.now(), expires_at=expires_at)
+                                            fingerprint="0" * 64, response_status=201,
+                                            response_body=b"{}", created_at=timezone.now(), expires_at=expires_at)
 
 
 def test_it_deletes_only_the_expired_idempotency_keys(db):

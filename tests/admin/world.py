@@ -86,7 +86,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
                                              status="delivered", response_status=200, attempted_at=now)
     idempotency = IdempotencyRecord.objects.create(
         client_id="test-client", method="POST", path="/agp/tasks", key=new_id("idem"), fingerprint="0" * 64,
-        state=IdempotencyRecord.DONE, response_status=201, response_body=b'{"ok": true}', locked_at=now,
+        response_status=201, response_body=b'{"ok": true}', created_at=now,
         expires_at=now + timedelta(days=1))
     client, _ = Client.objects.get_or_create(client_id=f"client-{tag}", defaults={"scopes": ["agp.registry.read"]})
     with transaction.atomic():

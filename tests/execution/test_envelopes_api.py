@@ -11,7 +11,7 @@ from agp_project.signing import verify_resource
 from core.models import LedgerEvent
 from decision.models import CommerceSession
 from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment
-from execution.views_envelopes import parse_prefer
+from agp_project.http.prefer import parse_prefer
 from registry.models import Task
 from tests.execution.factories import make_full_world, make_world
 

@@ -12,8 +12,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agp_project.http.idempotency import fingerprint
 from core.models import IdempotencyRecord, LedgerEvent
+from execution.models import Operation
 from core.services import idempotency_record_purge_expired
 from core.tasks import purge_expired_idempotency_records
 from tests.platform import urls as test_urls
@@ -24,13 +24,6 @@ EVENT = {"event_type": "client.note", "resource_type": "task", "resource_id": "t
 
 def post(api, body, key, path="/agp/ledger-events"):
     return api.generic("POST", path, json.dumps(body), content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
-
-
-def in_flight_record(*, key, body, client_id="anonymous", path="/agp/ledger-events", locked_ago=0):
-    now = timezone.now()
-    return IdempotencyRecord.objects.create(
-        client_id=client_id, method="POST", path=path, key=key, fingerprint=fingerprint(json.dumps(body).encode()),
-        locked_at=now - timedelta(seconds=locked_ago), expires_at=now + timedelta(days=1))
 
 
 @pytest.mark.django_db
@@ -47,7 +40,7 @@ class TestReplay:
         assert second["Idempotent-Replayed"] == "true"
         assert LedgerEvent.objects.count() == 1
         record = IdempotencyRecord.objects.get()
-        assert (record.state, record.response_status, record.key) == (IdempotencyRecord.DONE, 201, "key-1")
+        assert (record.response_status, record.key) == (201, "key-1")
         assert bytes(record.response_body) == first.content
 
     def test_it_treats_the_same_json_in_another_key_order_and_spacing_as_the_same_body(self, api):
@@ -107,25 +100,6 @@ class TestReplay:
 
 @pytest.mark.django_db
 class TestInFlightAndFailures:
-    def test_it_answers_409_while_the_first_request_is_in_flight(self, api):
-        in_flight_record(key="key-busy", body=EVENT)
-        response = post(api, EVENT, "key-busy")
-        assert_envelope(response, 409, "AGP_IDEMPOTENCY_IN_PROGRESS", retryable=True)
-        assert LedgerEvent.objects.count() == 0
-        assert IdempotencyRecord.objects.get().state == IdempotencyRecord.IN_FLIGHT
-
-    def test_it_answers_422_for_another_body_even_while_in_flight(self, api):
-        in_flight_record(key="key-busy", body=EVENT)
-        assert_envelope(post(api, {**EVENT, "payload": {}}, "key-busy"), 422, "AGP_IDEMPOTENCY_KEY_MISMATCH")
-
-    def test_it_takes_over_a_key_whose_request_died(self, api, settings):
-        in_flight_record(key="key-dead", body=EVENT, locked_ago=settings.AGP_IDEMPOTENCY_LOCK_SECONDS + 1)
-        response = post(api, EVENT, "key-dead")
-        assert response.status_code == 201
-        assert not response.has_header("Idempotent-Replayed")
-        assert LedgerEvent.objects.count() == 1
-        assert IdempotencyRecord.objects.get().state == IdempotencyRecord.DONE
-
     @pytest.mark.urls("tests.platform.urls")
     def test_it_does_not_store_a_5xx_and_undoes_its_writes(self):
         api = APIClient(raise_request_exception=False)
@@ -160,6 +134,42 @@ class TestInFlightAndFailures:
         assert_envelope(response, 401, "AGP_UNAUTHENTICATED")
         assert IdempotencyRecord.objects.count() == 0
         assert LedgerEvent.objects.count() == 0
+
+
+@pytest.mark.django_db
+class TestWhatTheKeyCovers:
+    def test_a_validation_s_answer_is_not_replayed_for_an_execution_with_the_same_body(self, api):
+        from tests.execution.factories import make_world
+
+        world = make_world()
+        body = json.dumps(world.envelope_request())
+        validated = api.generic("POST", "/agp/action-envelopes", body, content_type="application/json",
+                                HTTP_IDEMPOTENCY_KEY="key-mode")
+        assert validated.status_code == 200
+        executed = api.generic("POST", "/agp/action-envelopes", body, content_type="application/json",
+                               HTTP_IDEMPOTENCY_KEY="key-mode", HTTP_PREFER="respond-async")
+        assert_envelope(executed, 422, "AGP_IDEMPOTENCY_KEY_MISMATCH")
+        assert not Operation.objects.exists()
+        # Another preference that still asks for a validation only is the same request.
+        again = api.generic("POST", "/agp/action-envelopes", body, content_type="application/json",
+                            HTTP_IDEMPOTENCY_KEY="key-mode", HTTP_PREFER="return=representation")
+        assert (again.status_code, again["Idempotent-Replayed"]) == (200, "true")
+
+    def test_a_415_is_not_stored_and_the_corrected_request_runs(self, api):
+        refused = api.generic("POST", "/agp/ledger-events", json.dumps(EVENT), content_type="text/plain",
+                              HTTP_IDEMPOTENCY_KEY="key-type")
+        assert_envelope(refused, 415, "AGP_UNSUPPORTED_MEDIA_TYPE")
+        assert IdempotencyRecord.objects.count() == 0
+        corrected = post(api, EVENT, "key-type")
+        assert corrected.status_code == 201 and not corrected.has_header("Idempotent-Replayed")
+        assert LedgerEvent.objects.count() == 1
+
+    def test_a_413_is_not_stored_and_the_corrected_request_runs(self, api, settings):
+        too_large = {**EVENT, "payload": {"blob": "x" * (settings.AGP_MAX_BODY_BYTES + 1)}}
+        assert_envelope(post(api, too_large, "key-size"), 413, "AGP_PAYLOAD_TOO_LARGE")
+        assert IdempotencyRecord.objects.count() == 0
+        assert post(api, EVENT, "key-size").status_code == 201
+        assert LedgerEvent.objects.count() == 1
 
 
 @pytest.mark.django_db
@@ -214,33 +224,42 @@ class TestExpiryAndScope:
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.urls("tests.platform.urls")
-def test_it_answers_409_to_a_concurrent_duplicate_and_replays_after():
-    """Two real concurrent requests: the second arrives while the first is inside its view."""
+@pytest.mark.parametrize("second_body", [{"n": 1}, {"n": 2}], ids=["same body", "another body"])
+def test_a_duplicate_sent_while_the_first_runs_waits_for_it_and_gets_its_answer(second_body):
+    """Two real concurrent requests with one key: both are inside the view at once. The
+    second's work waits for the first one's commit and is rolled back; it answers with the
+    first one's response (or 422 for another body), and one event is written."""
     test_urls.slow_entered.clear()
     test_urls.slow_release.clear()
     results = {}
 
-    def first_request():
+    def request(name, body):
         try:
-            results["first"] = post(Client(), {"n": 1}, "key-slow", path="/agp/test/slow-append")
+            results[name] = post(Client(), body, "key-slow", path="/agp/test/slow-append")
         finally:
             connection.close()
 
-    worker = threading.Thread(target=first_request)
-    worker.start()
-    try:
-        assert test_urls.slow_entered.wait(timeout=10)
-        busy = post(Client(), {"n": 1}, "key-slow", path="/agp/test/slow-append")
-        assert_envelope(busy, 409, "AGP_IDEMPOTENCY_IN_PROGRESS", retryable=True)
-        assert LedgerEvent.objects.count() == 0
-    finally:
-        test_urls.slow_release.set()
-        worker.join(timeout=30)
-    assert results["first"].status_code == 201
-    replay = post(Client(), {"n": 1}, "key-slow", path="/agp/test/slow-append")
-    assert (replay.status_code, replay.content, replay["Idempotent-Replayed"]) == (201, results["first"].content,
-                                                                                  "true")
+    first = threading.Thread(target=request, args=("first", {"n": 1}))
+    first.start()
+    assert test_urls.slow_entered.wait(timeout=10)
+    test_urls.slow_entered.clear()
+    second = threading.Thread(target=request, args=("second", second_body))
+    second.start()
+    assert test_urls.slow_entered.wait(timeout=10)  # both are inside the view now
+    test_urls.slow_release.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+
+    # Both views were released at once: either may commit first.
+    originals = [r for r in results.values() if r.status_code == 201 and not r.has_header("Idempotent-Replayed")]
+    [original] = originals
+    [other] = [r for r in results.values() if r is not original]
+    if second_body == {"n": 1}:
+        assert (other.status_code, other.content, other["Idempotent-Replayed"]) == (201, original.content, "true")
+    else:
+        assert_envelope(other, 422, "AGP_IDEMPOTENCY_KEY_MISMATCH")
     assert LedgerEvent.objects.count() == 1
+    assert bytes(IdempotencyRecord.objects.get().response_body) == original.content
 
 
 @pytest.mark.postgres
@@ -270,4 +289,4 @@ def test_fifty_parallel_requests_with_one_key_create_exactly_one_event(run_serve
     assert all(json.loads(content)["error"]["code"] == "AGP_IDEMPOTENCY_IN_PROGRESS" for _, _, content in busy)
     assert LedgerEvent.objects.count() == 1
     record = IdempotencyRecord.objects.get()
-    assert (record.key, record.state, bytes(record.response_body)) == ("race-key", "done", originals[0][2])
+    assert (record.key, bytes(record.response_body)) == ("race-key", originals[0][2])
