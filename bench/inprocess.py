@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/agp_inprocess")
     parser.add_argument("--action-class", default="write")
     parser.add_argument("--risk", default="medium")
+    parser.add_argument("--no-keys", dest="keys", action="store_false",
+                        help="send writes without an Idempotency-Key (agp_client always sends one)")
     parser.add_argument("--cprofile", action="store_true", help="print the top of a cProfile of the calls")
     parser.add_argument("--gc", action="store_true", help="print garbage-collector pauses during the calls")
     args = parser.parse_args()
@@ -92,10 +94,15 @@ def _path(args):
     token = token_issue(client=client, scopes=list(client.scopes))["access_token"]
     http = TestClient(HTTP_AUTHORIZATION=f"Bearer {token}")
 
+    def keyed() -> dict:
+        # As agp_client sends every write.
+        return {"HTTP_IDEMPOTENCY_KEY": uuid.uuid4().hex} if args.keys else {}
+
     def envelope(**headers):
         body = dict(world.envelope_request(), action_id=f"act-{uuid.uuid4().hex}",
                     created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-        response = http.post("/agp/action-envelopes", json.dumps(body), content_type="application/json", **headers)
+        response = http.post("/agp/action-envelopes", json.dumps(body), content_type="application/json",
+                             **keyed(), **headers)
         assert response.status_code in (200, 202), response.content
         return response
 
@@ -112,7 +119,7 @@ def _path(args):
                            "agent_id": world.agent_id, "input": {"amount": 5}})
 
         def evaluate():
-            response = http.post("/agp/policy-evaluations", body, content_type="application/json")
+            response = http.post("/agp/policy-evaluations", body, content_type="application/json", **keyed())
             assert response.status_code == 201, response.content
         return evaluate
     # Enough queued operations for every call main() makes: warm-up, statements, each measurement.

@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "registry",
     "decision",
     "execution",
+    "auditing",
 ]
 
 MIDDLEWARE = [

@@ -18,9 +18,8 @@ from django.utils.html import format_html
 
 from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json, short_hash
 from decision.models import Approval, CommerceSession, Decision, PolicyEvaluation
+from execution.models import ActionEnvelope, CallbackAttempt, Operation, OutboxMessage, Payment, Receipt
 from registry.models import Capability, Delegation, Task
-
-from .models import ActionEnvelope, CallbackAttempt, Operation, OutboxMessage, Payment, Receipt
 
 
 def _operation_of(envelope: ActionEnvelope) -> Operation | None:

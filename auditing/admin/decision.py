@@ -9,10 +9,7 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json
-from execution.models import ActionEnvelope, Payment
-from registry.models import Delegation, Task
-
-from .models import (
+from decision.models import (
     Approval,
     CommerceSession,
     Context,
@@ -22,6 +19,8 @@ from .models import (
     ImpactAssessment,
     PolicyEvaluation,
 )
+from execution.models import ActionEnvelope, Payment
+from registry.models import Delegation, Task
 
 TASK_FILTER = id_filter("task", "task_id")
 AGENT_FILTER = id_filter("agent", "agent_id")

@@ -29,8 +29,7 @@ from decision.models import (
     PolicyEvaluation,
 )
 from execution.models import ActionEnvelope, Operation, Receipt
-
-from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
+from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
 
 TASK_FILTER = id_filter("task", "task_id")
 AGENT_FILTER = id_filter("agent", "agent_id")

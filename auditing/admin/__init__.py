@@ -1,0 +1,8 @@
+"""Admin pages of the registry, decision and execution records (read-only for auditors).
+
+A page links the records an auditor follows from it (a task's decisions and envelopes, an
+envelope's evaluation and approvals), across the three apps: so the pages live here, above
+them, and each app stays free of imports from the apps above it.
+"""
+
+from . import decision, execution, registry  # noqa: F401 - registers the model admins
