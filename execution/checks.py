@@ -63,6 +63,7 @@ from decision.selectors import (
 from registry.models import Capability, Delegation, LiabilityBinding, Revocation, Skill, Task, path_pks
 from registry.scopes import scope_covers, tool_scope
 from registry.selectors import delegation_links, delegation_links_problem
+from registry.tool_pins import mcp_pins_problem
 
 from .choices import PaymentStatus
 from .models import ActionEnvelope, Payment
@@ -159,6 +160,7 @@ class CheckReport:
     # How the skill executes (the worker needs them; read with the skill, not again).
     skill_connector: str | None = None
     skill_endpoint_url: str = ""
+    skill_tool_pins: list[dict[str, str]] = field(default_factory=list)
     chain_delegation_pks: list[int] = field(default_factory=list)
     # A submission whose action_id names an envelope already accepted: no check ran.
     already_accepted: bool = False
@@ -410,7 +412,7 @@ def _state_parts(connection, *, targets: tuple[bool, bool, bool], held: bool, ne
         "skill": Skill.objects.filter(agent_id=a.agent_id, tool_id=a.tool_id, status="active")
         .exclude(_revoked("skill", OuterRef("skill_id")))
         .exclude(_revoked("agent", OuterRef("agent_id")))
-        .order_by("-created_at", "-pk").values("id", "skill_id", "connector", "endpoint_url")[:1],
+        .order_by("-created_at", "-pk").values("id", "skill_id", "connector", "endpoint_url", "tool_pins")[:1],
         "decision": Decision.objects.filter(decision_id=a.decision_id)
         .values("id", "decision_id", "task_id", "status", "outcome")[:1],
         "evaluation": PolicyEvaluation.objects.filter(evaluation_id=a.evaluation_id)
@@ -669,6 +671,13 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     else:
         report.skill_id = skill.skill_id
         report.skill_connector, report.skill_endpoint_url = skill.connector, skill.endpoint_url
+        report.skill_tool_pins = skill.tool_pins or []
+        if skill.connector == "mcp":
+            # C16: the operations are tools the skill pinned at registration.
+            granted = (capability.operations or []) if capability is not None else []
+            problem = mcp_pins_problem(skill.tool_pins, [*granted, inputs.operation])
+            if problem:
+                problems.append(f"skill {skill.skill_id!r}: {problem}")
     if problems:
         results.fail("capability", *problems)
     else:
