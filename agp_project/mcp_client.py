@@ -165,7 +165,7 @@ class _CappedStream(httpx2.AsyncByteStream):
         await self.inner.aclose()
 
 
-class _PinnedTransport(httpx2.AsyncBaseTransport):
+class PinnedTransport(httpx2.AsyncBaseTransport):
     """Sends each request to the address the SSRF guard vetted, and only for the guarded host.
 
     With ``AGP_ALLOW_PRIVATE_URLS`` the guard vets no address; requests then resolve as usual.
@@ -200,7 +200,7 @@ def _run(guarded: GuardedURL, timeout: float,
 
     async def session() -> T:
         with anyio.fail_after(ROUNDS * timeout):
-            async with httpx2.AsyncClient(transport=_PinnedTransport(guarded), timeout=httpx2.Timeout(timeout),
+            async with httpx2.AsyncClient(transport=PinnedTransport(guarded), timeout=httpx2.Timeout(timeout),
                                           trust_env=False, follow_redirects=False,
                                           headers={"User-Agent": USER_AGENT}) as http:
                 async with Client(streamable_http_client(guarded.url, http_client=http), cache=None,
