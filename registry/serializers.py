@@ -297,7 +297,7 @@ class HttpUrlField(serializers.URLField):
 
 
 class ToolPinSerializer(FieldCopiesMixin, serializers.Serializer):
-    """One pinned MCP tool: its name and ``sha256:`` of its canonical definition (C16)."""
+    """One pinned MCP tool: its name and ``sha256:`` of its canonical definition."""
 
     name = serializers.CharField()
     definition_hash = serializers.CharField()
