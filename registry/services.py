@@ -42,8 +42,8 @@ from . import selectors
 from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, SkillStatus, TaskStatus
 from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_pks, path_segment
 from .scopes import scope_covers, tool_scope
-from .tool_pins import tool_pins_from_listing
 from .serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
+from .tool_pins import tool_pins_from_listing
 
 
 # --- shared helpers -----------------------------------------------------------------------
@@ -485,14 +485,15 @@ def capability_create(*, actor: str, agent_id: str, delegation_id: str, tool_id:
 def _mcp_tool_pins(endpoint_url: str) -> list[dict[str, str]]:
     """List the MCP server's tools and pin them; a refused, unreachable or unusable server is a 400."""
     try:
-        return tool_pins_from_listing(mcp_client.tools_list(endpoint_url, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS))
+        listed = mcp_client.tools_list(endpoint_url, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS)
+        return tool_pins_from_listing(listed)
     except MCPFailure as exc:
         raise errors.invalid_fields(
             {"endpoint_url": [f"The MCP server could not be pinned: {exc.reason}."]},
             message=f"The MCP server at endpoint_url could not be pinned: {exc.reason}.") from None
 
 
-def _superseded_skill_problem(previous: Skill | None, *, supersedes: str, agent_id: str, tool_id: str) -> None:
+def _refuse_to_supersede(previous: Skill | None, *, supersedes: str, agent_id: str, tool_id: str) -> None:
     if previous is None:
         raise errors.invalid_fields({"supersedes": [f"No skill with id {supersedes!r}."]})
     if (previous.agent_id, previous.tool_id) != (agent_id, tool_id):
@@ -525,7 +526,7 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
         raise errors.invalid_fields({"endpoint_url": [f"Required for the {connector} connector."]})
     if supersedes is not None:
         # Checked before the network call too: a wrong reference fails without reaching the server.
-        _superseded_skill_problem(Skill.objects.filter(skill_id=supersedes).first(), supersedes=supersedes,
+        _refuse_to_supersede(Skill.objects.filter(skill_id=supersedes).first(), supersedes=supersedes,
                                   agent_id=agent_id, tool_id=tool_id)
     tool_pins: list[dict[str, str]] = []
     if connector == Connector.HTTP:
@@ -542,7 +543,7 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
         if supersedes is not None:
             # Locked: of two new versions of one skill, only one supersedes it; the other is a 409.
             previous = Skill.objects.select_for_update().filter(skill_id=supersedes).first()
-            _superseded_skill_problem(previous, supersedes=supersedes, agent_id=agent_id, tool_id=tool_id)
+            _refuse_to_supersede(previous, supersedes=supersedes, agent_id=agent_id, tool_id=tool_id)
         _insert(skill, id_field="skill_id", type_name="skill")
         if previous is not None:
             Skill.objects.filter(pk=previous.pk).update(status=SkillStatus.SUPERSEDED)

@@ -113,7 +113,8 @@ class McpServerProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.mcp_server", "--port", str(self.port), "--record", str(self.record),
                  "--description", self.description],
-                cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
