@@ -10,12 +10,12 @@ One middleware gives every write the same behaviour:
   no in-flight marker to commit first or to clean up after a crash;
 - a repeat with the same fingerprint replays the stored status, body and headers byte for
   byte with ``Idempotent-Replayed: true``; with another fingerprint it is 422;
-- a repeat is looked up only once its own work is done: the work runs first, in the
-  transaction, and storing the response under the key comes last. A repeat of a committed
-  request fails that insert, its work is rolled back and the stored answer replayed; a
-  duplicate sent while the first is still running waits for the first one's commit at the
-  key's unique index (or earlier, at a row the first one locked), then the same. When the
-  first fails instead, the duplicate's work stands. Nothing is done twice;
+- a repeat of an answered request is replayed before anything runs. A duplicate sent while
+  the first is still running runs too, in its own transaction, and waits for the first
+  one's commit at the key's unique index (storing the response comes last) or earlier, at
+  a row the first one locked; it then fails, its work is rolled back and the first one's
+  answer replayed. When the first fails instead, the duplicate's work stands. Either way
+  the work is committed once;
 - 5xx answers are not stored (their transaction is rolled back and the key stays free),
   nor are the answers given before the operation could run: 401, 403, 413, 415 and 429.
 
@@ -94,30 +94,28 @@ class IdempotencyMiddleware:
         body_fingerprint = fingerprint(request.body, mode=execution_mode(request.headers.get("Prefer", "")),
                                        content_type=request.content_type or "")
         now = timezone.now()
-        # A second pass only when the key held an answer past its expiry (deleted then).
-        for _ in range(2):
-            try:
-                with transaction.atomic():
-                    response = self.get_response(request)
-                    if response.status_code >= 500 or response.status_code in NOT_STORED:
-                        raise _Rollback(response)
-                    headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
-                    # Last, so the key's unique index is held for the commit only. A
-                    # duplicate that ran meanwhile waits here for the first one's commit.
-                    IdempotencyRecord.objects.create(
-                        **scope, fingerprint=body_fingerprint, response_status=response.status_code,
-                        response_body=bytes(response.content), response_headers=headers, created_at=now,
-                        expires_at=now + timedelta(seconds=settings.AGP_IDEMPOTENCY_TTL_SECONDS))
-                    return response
-            except _Rollback as rollback:
-                # A failure may have met a key another request has answered: that answer stands.
-                return self._stored(scope, body_fingerprint, now) or rollback.response
-            except IntegrityError:
-                # The key is taken: this request's work was rolled back with the insert.
-                stored = self._stored(scope, body_fingerprint, now)
-                if stored is not None:
-                    return stored
-        return error_response(errors.IdempotencyInProgress())
+        stored = self._stored(scope, body_fingerprint, now)
+        if stored is not None:
+            return stored  # answered before: nothing runs again (no outbound call, no check)
+        try:
+            with transaction.atomic():
+                response = self.get_response(request)
+                if response.status_code >= 500 or response.status_code in NOT_STORED:
+                    raise _Rollback(response)
+                headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
+                # Last, so the key's unique index is held for the commit only. A duplicate
+                # that ran meanwhile waits here for the first one's commit.
+                IdempotencyRecord.objects.create(
+                    **scope, fingerprint=body_fingerprint, response_status=response.status_code,
+                    response_body=bytes(response.content), response_headers=headers, created_at=now,
+                    expires_at=now + timedelta(seconds=settings.AGP_IDEMPOTENCY_TTL_SECONDS))
+                return response
+        except _Rollback as rollback:
+            # A failure may have met a key another request has answered: that answer stands.
+            return self._stored(scope, body_fingerprint, now) or rollback.response
+        except IntegrityError:
+            # A concurrent request took the key: this one's work was rolled back with the insert.
+            return self._stored(scope, body_fingerprint, now) or error_response(errors.IdempotencyInProgress())
 
     @staticmethod
     def _stored(scope, body_fingerprint, now) -> HttpResponse | None:

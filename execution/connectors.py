@@ -11,6 +11,16 @@ The agent's active Skill for the envelope's ``tool_id`` names the connector:
   process, then a failure.
 - ``external``: nothing is called; the operation stays ``running`` until the executor
   POSTs its receipt (``POST /agp/receipts``).
+- ``mcp`` (C16): in one MCP session with the skill's server (agp_project/mcp_client.py:
+  SSRF guard, address pinned against DNS rebinding, connector timeouts), re-reads the
+  tool named by the envelope's ``operation`` and calls it (``tools/call``, ``arguments`` =
+  the envelope's ``parameters``) only if its definition still hashes to the skill's pin;
+  otherwise the operation fails with ``AGP_TOOL_CHANGED`` and nothing is called. The
+  result is the tool result as MCP JSON (``content``, ``isError``, ``structuredContent``),
+  hashed into the receipt; ``isError`` fails the operation with the tool's text in
+  ``error.details.text``. Failures before the call was sent (connecting, the handshake,
+  the listing) are retried like ``http``'s; once a ``tools/call`` may have reached the
+  server it is never repeated: the operation fails saying the tool may have run.
 
 A connector returns the result (a JSON object, hashed into the receipt) or raises
 ``ExecutionFailed``. Connectors never touch the database: the runner owns every write.
@@ -21,14 +31,14 @@ import logging
 import math
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import requests
 from django.conf import settings
 
-from agp_project import errors
-from agp_project.canonical import bytes_hash
+from agp_project import errors, mcp_client
+from agp_project.canonical import bytes_hash, canonical_json
 from agp_project.http.parsers import has_nul
 from agp_project.net import UnsafeURL, http_post
 
@@ -56,12 +66,18 @@ class Call:
     endpoint_url: str
     parameters: dict[str, Any]
     envelope: dict[str, Any]
+    # mcp: the tool to call (the envelope's operation) and the skill's pins.
+    operation: str = ""
+    tool_pins: list[dict[str, str]] = field(default_factory=list)
 
 
 class Connector(ABC):
     name = ""
     # False: the connector finishes the operation later, from outside (``external``).
     completes = True
+    # False: a call cut short by a worker's death is not made again by the worker that
+    # takes the operation over (the tool cannot recognise a repeat: ``mcp``).
+    repeatable = True
 
     @abstractmethod
     def execute(self, call: Call) -> dict[str, Any]:
@@ -177,6 +193,83 @@ def _http_result(response) -> dict[str, Any]:
     return {"status_code": response.status_code, "body": parsed, "body_hash": bytes_hash(response.body)}
 
 
+class ToolChanged(ExecutionFailed):
+    """C16: the MCP tool's definition differs from the skill's pin; the tool was not called."""
+
+    code = "AGP_TOOL_CHANGED"
+    default_message = "The tool's definition changed since the skill pinned it; nothing was called."
+
+
+class McpConnector(Connector):
+    name = "mcp"
+    repeatable = False
+
+    def execute(self, call: Call) -> dict[str, Any]:
+        if not call.endpoint_url:
+            raise ExecutionFailed("The skill has no endpoint_url.", details={"connector": self.name})
+        pinned = next((pin.get("definition_hash") for pin in call.tool_pins
+                       if isinstance(pin, dict) and pin.get("name") == call.operation), None)
+        if not isinstance(pinned, str):
+            raise ExecutionFailed(f"The skill pinned no tool {call.operation!r}.",
+                                  details={"connector": self.name, "tool": call.operation})
+        attempts = settings.AGP_CONNECTOR_ATTEMPTS
+        last_problem = ""
+        for attempt in range(1, attempts + 1):
+            try:
+                result = mcp_client.tool_call(call.endpoint_url, name=call.operation, arguments=call.parameters,
+                                              pinned_hash=pinned, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS)
+            except UnsafeURL as exc:
+                raise ExecutionFailed(f"The skill's endpoint was refused: {exc.reason}.",
+                                      details={"connector": self.name, "reason": exc.reason}) from None
+            except mcp_client.ToolChanged as exc:
+                raise ToolChanged(f"Tool {call.operation!r} was not called: {exc.reason}.",
+                                  details={"connector": self.name, "tool": call.operation, "pinned": exc.pinned,
+                                           "current": exc.current}) from None
+            except mcp_client.MCPFailure as exc:
+                if exc.call_sent:
+                    raise ExecutionFailed(
+                        f"The call of tool {call.operation!r} failed after it was sent ({exc.reason}); the tool may "
+                        f"have run, so it is not repeated.",
+                        details={"connector": self.name, "tool": call.operation, "reason": exc.reason,
+                                 "call_sent": True}) from None
+                last_problem = exc.reason
+            else:
+                return _mcp_result(call, result)
+            logger.warning("mcp connector: operation %s attempt %s/%s failed before the call: %s",
+                           call.operation_id, attempt, attempts, last_problem)
+            if attempt < attempts:
+                time.sleep(settings.AGP_CONNECTOR_RETRY_BASE_SECONDS * 2 ** (attempt - 1))
+        raise ExecutionFailed(f"The MCP server could not be used after {attempts} attempts ({last_problem}); "
+                              f"tool {call.operation!r} was not called.",
+                              details={"connector": self.name, "tool": call.operation, "attempts": attempts,
+                                       "reason": last_problem, "call_sent": False})
+
+
+def _mcp_result(call: Call, result: dict[str, Any]) -> dict[str, Any]:
+    """The tool result as the receipt records it: untrusted input, kept only when storable.
+
+    A result with no canonical JSON form (an integer beyond 2^53, a lone surrogate) or a
+    NUL character (which PostgreSQL's jsonb cannot hold) is recorded without its
+    ``content`` and ``structuredContent``, saying why.
+    """
+    problem = None
+    if has_nul(result):
+        problem = "the tool result holds a NUL character"
+    else:
+        try:
+            canonical_json(result)
+        except Exception as exc:  # rfc8785's errors: no canonical form
+            problem = f"the tool result has no canonical JSON form ({type(exc).__name__})"
+    if problem:
+        result = {"content": None, "isError": bool(result.get("isError")), "unrecorded": problem}
+    if result.get("isError"):
+        text = "\n".join(block.get("text", "") for block in result.get("content") or []
+                         if isinstance(block, dict) and block.get("type") == "text")
+        raise ExecutionFailed(f"Tool {call.operation!r} reported an error: {text or 'no text given'}",
+                              details={"connector": "mcp", "tool": call.operation, "text": text, "result": result})
+    return result
+
+
 class ExternalConnector(Connector):
     name = "external"
     completes = False
@@ -185,7 +278,8 @@ class ExternalConnector(Connector):
         return {}
 
 
-CONNECTORS: dict[str, Connector] = {c.name: c for c in (NoopConnector(), HttpConnector(), ExternalConnector())}
+CONNECTORS: dict[str, Connector] = {c.name: c for c in (NoopConnector(), HttpConnector(), ExternalConnector(),
+                                                         McpConnector())}
 
 
 def connector_for(name: str) -> Connector:

@@ -20,7 +20,9 @@ task with nothing but the operation id):
 
 The connector call is the only step that may happen twice (a worker killed after calling
 the tool but before step 3): ``noop`` is harmless and ``http`` sends the operation id as
-``Idempotency-Key`` so the tool can recognise the repeat.
+``Idempotency-Key`` so the tool can recognise the repeat. An ``mcp`` call carries no such
+key, so it is never made twice: the worker that takes over such an operation fails it,
+saying the tool may have run (``_fail_interrupted``).
 """
 
 import logging
@@ -102,6 +104,23 @@ def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, faile
     _enqueue_callback(operation)
 
 
+def _fail_interrupted(*, operation: Operation, executor: str) -> None:
+    """Inside the claim transaction: a worker died during a call that must not be repeated.
+
+    The call may or may not have reached the tool; at most once is the only safe answer
+    for a connector whose calls carry no idempotency key (``mcp``), so the operation fails
+    saying so, with its receipt, instead of calling again.
+    """
+    connector = operation.connector
+    error = ExecutionFailed(
+        f"The worker running this operation ({operation.executor}) stopped during its {connector} call; the tool "
+        f"may have run, and a {connector} call is not repeated.",
+        details={"connector": connector, "previous_executor": operation.executor, "call_sent": None},
+    ).as_body()["error"]
+    _outcome_record(operation=operation, status=ReceiptStatus.FAILED, result={"error": error}, executor=executor,
+                    error=error, actor=WORKER_ACTOR)
+
+
 def _envelope_set_status(*, envelope: ActionEnvelope, status: str, operation_id: str, actor: str) -> None:
     """Move the envelope to executed/failed and ledger it (C9), in the caller's transaction."""
     ActionEnvelope.objects.filter(pk=envelope.pk).update(status=status)
@@ -146,6 +165,9 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
                             executor=executor, now=now)
         return "failed"
     connector = report.skill_connector  # the skill the checks found, read in the same statement
+    if takeover and not connector_for(operation.connector or connector).repeatable:
+        _fail_interrupted(operation=operation, executor=executor)
+        return "failed"
 
     previous_executor = operation.executor
     if not takeover:
@@ -166,7 +188,8 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
                   resource_type=OPERATION_RESOURCE, resource_id=operation_id, actor=WORKER_ACTOR, payload=payload)
     call = Call(operation_id=operation_id, action_id=envelope.action_id, connector=connector,
                 endpoint_url=report.skill_endpoint_url, parameters=dict(envelope.parameters or {}),
-                envelope=envelope_document(envelope) if connector == "http" else {})
+                envelope=envelope_document(envelope) if connector == "http" else {},
+                operation=envelope.operation, tool_pins=report.skill_tool_pins)
     return Claim(operation_id=operation_id, action_id=envelope.action_id, fence=operation.attempts,
                  connector=connector, call=call)
 

@@ -27,6 +27,13 @@ class ActiveStatus(models.TextChoices):
     REVOKED = "revoked"
 
 
+class SkillStatus(models.TextChoices):
+    ACTIVE = "active"
+    # Replaced by a newer version of the skill (``supersedes``): no longer executes anything.
+    SUPERSEDED = "superseded"
+    REVOKED = "revoked"
+
+
 class PolicySetStatus(models.TextChoices):
     ACTIVE = "active"
     DEPRECATED = "deprecated"
@@ -37,6 +44,7 @@ class Connector(models.TextChoices):
     NOOP = "noop"
     HTTP = "http"
     EXTERNAL = "external"
+    MCP = "mcp"
 
 
 class RevocationTarget(models.TextChoices):

@@ -11,6 +11,7 @@ from .choices import (
     PolicySetStatus,
     RevocationTarget,
     RiskLevel,
+    SkillStatus,
     TaskStatus,
 )
 
@@ -172,6 +173,8 @@ class Capability(models.Model):
 
 
 class Skill(models.Model):
+    """The connector that executes an agent's tool; an ``mcp`` skill pins the server's tools (C16)."""
+
     skill_id = models.CharField(max_length=128, unique=True)
     agent_id = models.CharField(max_length=128)
     name = models.CharField(max_length=256)
@@ -179,7 +182,10 @@ class Skill(models.Model):
     tool_id = models.CharField(max_length=128)
     connector = models.CharField(max_length=16, choices=Connector.choices, default=Connector.NOOP)
     endpoint_url = models.URLField(max_length=1024, blank=True, default="")
-    status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
+    # [{"name", "definition_hash"}] sorted by name: what registration listed (registry/tool_pins.py).
+    tool_pins = models.JSONField(default=list, blank=True)
+    supersedes = models.CharField(max_length=128, null=True, blank=True)
+    status = models.CharField(max_length=16, choices=SkillStatus.choices, default=SkillStatus.ACTIVE)
     created_at = models.DateTimeField()
 
     class Meta:

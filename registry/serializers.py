@@ -27,6 +27,7 @@ from .choices import (
     RegulatoryFramework,
     RevocationTarget,
     RiskLevel,
+    SkillStatus,
     TaskStatus,
 )
 from .scopes import is_valid_scope
@@ -290,8 +291,24 @@ class HttpUrlField(serializers.URLField):
         return value
 
 
+class ToolPinSerializer(serializers.Serializer):
+    """One pinned MCP tool: its name and ``sha256:`` of its canonical definition."""
+
+    name = serializers.CharField()
+    definition_hash = serializers.CharField()
+
+
+# Connectors that call the skill's endpoint_url.
+ENDPOINT_CONNECTORS = (Connector.HTTP, Connector.MCP)
+
+
 class SkillSerializer(StrictSerializer):
-    """The connector (``noop``, ``http``, ``external``) that executes an agent's ``tool_id``."""
+    """The connector (``noop``, ``http``, ``external``, ``mcp``) that executes an agent's ``tool_id``.
+
+    An ``mcp`` skill's ``endpoint_url`` is an MCP server (streamable HTTP); registration
+    lists its tools and pins them in ``tool_pins``. ``supersedes`` names the active skill of
+    the same agent and tool that this one replaces (a re-pin after a reviewed change).
+    """
 
     type_name = "Skill"
 
@@ -303,13 +320,21 @@ class SkillSerializer(StrictSerializer):
         "invalid": "A tool id is 1-128 characters of letters, digits and . _ : / -."})
     connector = serializers.ChoiceField(choices=Connector.choices, required=False)
     endpoint_url = HttpUrlField(max_length=1024, required=False, allow_blank=True,
-                                help_text="Required for the http connector; checked against SSRF at execution.")
-    status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)
+                                help_text="Required for the http and mcp connectors; checked against SSRF at "
+                                          "registration and at execution.")
+    tool_pins = ToolPinSerializer(many=True, read_only=True,
+                                  help_text="mcp: the tools the server listed at registration, by name, with "
+                                            "sha256 of each definition (name, description, inputSchema).")
+    supersedes = IdField(required=False, allow_null=True,
+                         help_text="The active skill (same agent_id and tool_id) this one replaces; it becomes "
+                                   "superseded.")
+    status = serializers.ChoiceField(choices=SkillStatus.choices, read_only=True)
     created_at = serializers.DateTimeField(required=False)
 
     def validate(self, attrs):
-        if attrs.get("connector") == Connector.HTTP and not attrs.get("endpoint_url"):
-            raise serializers.ValidationError({"endpoint_url": ["Required for the http connector."]})
+        connector = attrs.get("connector")
+        if connector in ENDPOINT_CONNECTORS and not attrs.get("endpoint_url"):
+            raise serializers.ValidationError({"endpoint_url": [f"Required for the {connector} connector."]})
         return attrs
 
 

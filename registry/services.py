@@ -29,19 +29,21 @@ from django.db.models import Model, Q
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, can_proceed
 
-from agp_project import errors
+from agp_project import errors, mcp_client
 from agp_project.canonical import bytes_hash
 from agp_project.ids import new_id
+from agp_project.mcp_client import MCPFailure
 from agp_project.net import url_guard_registration
 from agp_project.signing import sign_resource
 from agp_project.timeutil import not_in_future
 from core.ledger import ledger_append
 
 from . import selectors
-from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, TaskStatus
+from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, SkillStatus, TaskStatus
 from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_pks, path_segment
 from .scopes import scope_covers, tool_scope
 from .serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
+from .tool_pins import tool_pins_from_listing
 
 
 # --- shared helpers -----------------------------------------------------------------------
@@ -480,29 +482,77 @@ def capability_create(*, actor: str, agent_id: str, delegation_id: str, tool_id:
 
 
 # --- skills -------------------------------------------------------------------------------
+def _mcp_tool_pins(endpoint_url: str) -> list[dict[str, str]]:
+    """List the MCP server's tools and pin them; a refused, unreachable or unusable server is a 400."""
+    try:
+        listed = mcp_client.tools_list(endpoint_url, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS)
+        return tool_pins_from_listing(listed)
+    except MCPFailure as exc:
+        raise errors.invalid_fields(
+            {"endpoint_url": [f"The MCP server could not be pinned: {exc.reason}."]},
+            message=f"The MCP server at endpoint_url could not be pinned: {exc.reason}.") from None
+
+
+def _refuse_to_supersede(previous: Skill | None, *, supersedes: str, agent_id: str, tool_id: str) -> None:
+    if previous is None:
+        raise errors.invalid_fields({"supersedes": [f"No skill with id {supersedes!r}."]})
+    if (previous.agent_id, previous.tool_id) != (agent_id, tool_id):
+        raise errors.invalid_fields({"supersedes": [
+            f"Skill {supersedes!r} is for agent {previous.agent_id!r} and tool {previous.tool_id!r}; a new version "
+            f"keeps both."]})
+    if previous.status != SkillStatus.ACTIVE:
+        raise errors.Conflict(f"Skill {supersedes!r} is {previous.status}; only an active skill can be superseded.",
+                              details={"supersedes": supersedes, "status": previous.status})
+
+
 def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version: str = "",
-                 connector: str = Connector.NOOP, endpoint_url: str = "", skill_id: str | None = None,
-                 created_at: datetime | None = None) -> Skill:
+                 connector: str = Connector.NOOP, endpoint_url: str = "", supersedes: str | None = None,
+                 skill_id: str | None = None, created_at: datetime | None = None) -> Skill:
     """Register the tool connector that executes ``tool_id`` for an agent.
 
     SSRF: an ``http`` endpoint on a forbidden address is refused here already (and checked
-    again at every execution).
+    again at every execution). An ``mcp`` endpoint is guarded the same way and then asked
+    for its tools, which are pinned on the skill (C16); a server that cannot be listed is a
+    400 naming the problem. The network call happens before the transaction opens.
+
+    ``supersedes``: the active skill of the same agent and tool that this version replaces
+    (how a reviewed change of an MCP server's tools is re-pinned). It moves to
+    ``superseded`` in the same transaction, with its own ledger event; a skill that is no
+    longer active (superseded by someone else meanwhile, or revoked) is a 409.
     """
     now = timezone.now()
-    if connector == Connector.HTTP and not endpoint_url:
-        raise errors.invalid_fields({"endpoint_url": ["Required for the http connector."]})
+    created_at = _timestamp(created_at, field="created_at", now=now)
+    if connector in (Connector.HTTP, Connector.MCP) and not endpoint_url:
+        raise errors.invalid_fields({"endpoint_url": [f"Required for the {connector} connector."]})
+    if supersedes is not None:
+        # Checked before the network call too: a wrong reference fails without reaching the server.
+        _refuse_to_supersede(Skill.objects.filter(skill_id=supersedes).first(), supersedes=supersedes,
+                                  agent_id=agent_id, tool_id=tool_id)
+    tool_pins: list[dict[str, str]] = []
     if connector == Connector.HTTP:
         url_guard_registration(endpoint_url, field="endpoint_url")
+    elif connector == Connector.MCP:
+        tool_pins = _mcp_tool_pins(endpoint_url)
     skill = Skill(skill_id=skill_id or new_id("skl"), agent_id=agent_id, name=name, version=version,
-                  tool_id=tool_id, connector=connector, endpoint_url=endpoint_url, status=ActiveStatus.ACTIVE,
-                  created_at=_timestamp(created_at, field="created_at", now=now))
+                  tool_id=tool_id, connector=connector, endpoint_url=endpoint_url, tool_pins=tool_pins,
+                  supersedes=supersedes, status=SkillStatus.ACTIVE, created_at=created_at)
     with transaction.atomic():
         _lock_agents([agent_id])
         _refuse_revoked_agents([agent_id])
+        previous = None
+        if supersedes is not None:
+            # Locked: of two new versions of one skill, only one supersedes it; the other is a 409.
+            previous = Skill.objects.select_for_update().filter(skill_id=supersedes).first()
+            _refuse_to_supersede(previous, supersedes=supersedes, agent_id=agent_id, tool_id=tool_id)
         _insert(skill, id_field="skill_id", type_name="skill")
+        if previous is not None:
+            Skill.objects.filter(pk=previous.pk).update(status=SkillStatus.SUPERSEDED)
         ledger_append(event_type="skill.created", resource_type="Skill", resource_id=skill.skill_id, actor=actor,
                       payload={"agent_id": agent_id, "tool_id": tool_id, "connector": connector,
-                               "endpoint_url": endpoint_url})
+                               "endpoint_url": endpoint_url, "tool_pins": tool_pins, "supersedes": supersedes})
+        if previous is not None:
+            ledger_append(event_type="skill.superseded", resource_type="Skill", resource_id=previous.skill_id,
+                          actor=actor, payload={"superseded_by": skill.skill_id, "tool_pins": previous.tool_pins})
     return skill
 
 
@@ -626,6 +676,11 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
                                                            f"with id {target_id!r}."]})
             revoked = _revoke_rows(model, id_field, Q(**{id_field: target_id}))
             if not revoked:
+                if model is Skill and Skill.objects.filter(skill_id=target_id,
+                                                           status=SkillStatus.SUPERSEDED).exists():
+                    raise errors.Conflict(f"The skill {target_id!r} is superseded: nothing executes on it any more.",
+                                          details={"target_type": target_type, "target_id": target_id,
+                                                   "status": SkillStatus.SUPERSEDED})
                 raise _already_revoked(target_type, target_id)
             changed.append((kind, target_id, True))
 

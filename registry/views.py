@@ -122,13 +122,19 @@ class LiabilityBindingViewSet(RegistryViewSet):
         return services.liability_binding_create(actor=actor, **validated)
 
 
-@documented(SkillSerializer, create={409: "AGP_CONFLICT: duplicate id, or the agent is revoked."})
+@documented(SkillSerializer, create={
+    400: ("AGP_INVALID_REQUEST, also when the endpoint_url is refused (SSRF) or, for mcp, when the MCP server "
+          "cannot be reached or its tools cannot be listed and pinned (`details.fields.endpoint_url` says why)."),
+    409: "AGP_CONFLICT: duplicate id, the agent is revoked, or the skill named by `supersedes` is no longer active."})
 class SkillViewSet(RegistryViewSet):
+    """Skills; an mcp skill pins its server's tools, and a new version (``supersedes``) re-pins them."""
+
     queryset = Skill.objects.all()
     serializer_class = SkillSerializer
     collection = "skills"
     lookup_field = "skill_id"
-    filter_fields = {"agent_id": "agent_id", "tool_id": "tool_id", "connector": "connector", "status": "status"}
+    filter_fields = {"agent_id": "agent_id", "tool_id": "tool_id", "connector": "connector", "status": "status",
+                     "supersedes": "supersedes"}
 
     def perform_create(self, validated, actor):
         return services.skill_create(actor=actor, **validated)

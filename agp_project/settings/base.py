@@ -244,7 +244,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("AGP_LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    # The MCP SDK and its HTTP client log every request at INFO; the connector logs what matters.
+    "loggers": {"django.request": {"level": "ERROR"}, "httpx2": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
 }
 
 # --- Cache (token-endpoint failure counters, compiled-policy metadata) -----------------

@@ -103,6 +103,7 @@ class CheckReport:
     # How the skill executes (the worker needs them; read with the skill, not again).
     skill_connector: str | None = None
     skill_endpoint_url: str = ""
+    skill_tool_pins: list[dict[str, str]] = field(default_factory=list)
     chain_delegation_pks: list[int] = field(default_factory=list)
     # A submission whose action_id names an envelope already accepted: no check ran.
     already_accepted: bool = False

@@ -15,6 +15,7 @@ from decision.selectors import ZERO, impact_assessment_required
 from registry.models import Capability, Delegation, LiabilityBinding, Skill, Task, path_pks
 from registry.scopes import scope_covers, tool_scope
 from registry.selectors import delegation_links_problem
+from registry.tool_pins import mcp_pins_problem
 
 from ..choices import PaymentStatus
 from ..models import Payment
@@ -171,6 +172,12 @@ def check_capability(*, capability: Capability | None, skill: Skill | None, dele
         problems.extend(parameters_violations(inputs.parameters, capability.allowed_parameter_ranges or {}))
     if skill is None:
         problems.append(f"agent {inputs.agent_id!r} has no active skill for tool {inputs.tool_id!r}")
+    elif skill.connector == "mcp":
+        # C16: the operations are tools the skill pinned at registration.
+        granted = (capability.operations or []) if capability is not None else []
+        problem = mcp_pins_problem(skill.tool_pins, [*granted, inputs.operation])
+        if problem:
+            problems.append(f"skill {skill.skill_id!r}: {problem}")
     if problems:
         return Outcome.fail("capability", *problems)
     return Outcome.ok("capability", f"capability {capability.capability_id!r} covers {inputs.tool_id}:"

@@ -326,3 +326,19 @@ def make_noise(world: World, n: int) -> None:
         CommerceSession(session_id=f"noise-cs-{tag}-{i}", task=tasks[i], agent_id=f"other-{tag}-{i}",
                         delegation_id=f"noise-dlg-{tag}-{i}", currency="USD", amount_limit=Decimal("1"),
                         created_at=now) for i in range(n)])
+
+
+def make_mcp_world(endpoint_url: str, *, operation: str = "lookup_customer", **overrides) -> World:
+    """``make_world`` whose agent executes ``tool_id`` on the MCP server at ``endpoint_url``.
+
+    The mcp skill is registered through the registry service, so its tools are really
+    listed and pinned (the server must be reachable, and on 127.0.0.1 the caller allows
+    private URLs); it supersedes the world's noop skill.
+    """
+    from registry.services import skill_create
+
+    world = make_world(operation=operation, **overrides)
+    world.skill = skill_create(actor="test", agent_id=world.agent_id, name=f"{world.tool_id} over MCP", version="2",
+                               tool_id=world.tool_id, connector="mcp", endpoint_url=endpoint_url,
+                               supersedes=world.skill.skill_id)
+    return world

@@ -6,8 +6,9 @@ from rest_framework.test import APIClient
 
 from core.ledger import ledger_verify
 from core.models import LedgerEvent, LedgerHead
-from registry.models import Delegation, PolicySet
+from registry.models import Delegation, PolicySet, Skill
 from tests.concurrency import run_together
+from tests.mcp_server import mcp_servers  # noqa: F401
 from tests.registry import factories as f
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -36,6 +37,28 @@ def test_it_lets_exactly_one_of_two_concurrent_patches_deprecate():
         assert PolicySet.objects.get(pk=policy_set.pk).status == "deprecated"
         assert LedgerEvent.objects.filter(resource_id=policy_set.policy_set_id,
                                           event_type="policy_set.deprecated").count() == 1
+    assert ledger_verify().verified
+
+
+def test_it_lets_exactly_one_of_two_concurrent_new_versions_supersede_a_skill(settings, mcp_servers):
+    settings.AGP_ALLOW_PRIVATE_URLS = True
+    server = mcp_servers.start()
+    for _ in range(3):
+        old = f.skill(connector="mcp", endpoint_url=server.url)
+
+        def supersede():
+            return APIClient().post("/agp/skills", {
+                "agent_id": old.agent_id, "name": "crm v2", "tool_id": old.tool_id, "connector": "mcp",
+                "endpoint_url": server.url, "supersedes": old.skill_id}, format="json")
+
+        responses = run_together([supersede, supersede])
+
+        assert sorted(r.status_code for r in responses) == [201, 409]
+        refused = next(r for r in responses if r.status_code == 409).json()["error"]
+        assert refused["details"] == {"supersedes": old.skill_id, "status": "superseded"}
+        assert list(Skill.objects.filter(supersedes=old.skill_id).values_list("status", flat=True)) == ["active"]
+        assert Skill.objects.get(pk=old.pk).status == "superseded"
+        assert LedgerEvent.objects.filter(resource_id=old.skill_id, event_type="skill.superseded").count() == 1
     assert ledger_verify().verified
 
 

@@ -1,0 +1,50 @@
+"""Tool pins of ``mcp`` skills (CONTRACT C16): what registration stores, and the rule check 3 applies.
+
+A skill's ``tool_pins`` is a list of ``{"name", "definition_hash"}``, one per tool the MCP
+server listed when the skill was registered, sorted by name. ``definition_hash`` is
+``agp_project.mcp_client.tool_definition_hash`` of the tool's definition. Pure functions:
+no database, no network.
+"""
+
+from collections.abc import Iterable
+from typing import Any
+
+from agp_project.mcp_client import MCPFailure, tool_definition_hash
+
+# A capability operation that names no tool: it covers every operation of the tool.
+WILDCARD = "*"
+
+
+def tool_pins_from_listing(tools: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The pins of a ``tools/list`` answer; ``MCPFailure`` when it cannot be pinned.
+
+    A listing that names one tool twice is refused: the pin would say nothing about which
+    of the two definitions a call reaches.
+    """
+    pins: dict[str, str] = {}
+    for tool in tools:
+        name = tool["name"]
+        if name in pins:
+            raise MCPFailure(f"the server lists tool {name!r} twice")
+        pins[name] = tool_definition_hash(tool)
+    return [{"name": name, "definition_hash": pins[name]} for name in sorted(pins)]
+
+
+def mcp_pins_problem(pins: Any, operations: Iterable[str]) -> str | None:
+    """Why ``operations`` are not all tools the skill pinned (None: they all are).
+
+    ``operations``: the capability's operations and the envelope's operation; the
+    wildcard ``*`` names no tool and is skipped (the envelope's own operation still has to
+    be pinned). Pins of any other shape than registration stores fail closed.
+    """
+    if not isinstance(pins, list) or not all(
+            isinstance(pin, dict) and isinstance(pin.get("name"), str)
+            and isinstance(pin.get("definition_hash"), str) for pin in pins):
+        return "the mcp skill's tool_pins are malformed"
+    pinned = {pin["name"] for pin in pins}
+    missing = sorted({operation for operation in operations if operation != WILDCARD} - pinned)
+    if not missing:
+        return None
+    names = ", ".join(repr(name) for name in missing)
+    return (f"operation(s) {names} are not tools the mcp skill pinned"
+            + (f" (pinned: {', '.join(sorted(pinned))})" if pinned else " (it pinned no tools)"))
