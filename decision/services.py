@@ -21,12 +21,12 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from agp_project.timeutil import iso, not_in_future
+from core import engine
 from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
 from registry.selectors import delegation_chain_problem
 
-from . import engine
 from .choices import DecisionOutcome, DecisionStatus, EscalationStatus, EthicalFramework, Recommendation
 from .models import (
     Approval,

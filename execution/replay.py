@@ -14,6 +14,7 @@ from typing import Any
 
 from agp_project import errors
 from agp_project.canonical import content_hash
+from core.engine import evaluate
 from decision.models import PolicyEvaluation
 from registry.models import PolicySet
 
@@ -53,8 +54,6 @@ def replay_action(*, action_id: str, policy_set_id: str | None = None) -> dict[s
 
 
 def _what_if(*, envelope: ActionEnvelope, policy_set: PolicySet) -> dict[str, Any]:
-    from decision.engine import evaluate  # the decision app's engine seam (regorus, or OPA when configured)
-
     evaluation = PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref).first()
     if evaluation is None:
         # The recorded evaluation is gone (it cannot be: PROTECT); fail closed all the same.
