@@ -78,3 +78,13 @@ def content_hash(value: Any) -> str:
 
 def bytes_hash(data: bytes) -> str:
     return "sha256:" + sha256_hex(data)
+
+
+def action_document(*, tool_id: str, operation: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
+    """The action a policy evaluation is made for and an envelope asks to run (CONTRACT C12)."""
+    return {"tool_id": tool_id, "operation": operation, "parameters": parameters or {}}
+
+
+def action_hash(*, tool_id: str, operation: str, parameters: dict[str, Any] | None) -> str:
+    """``content_hash`` of ``action_document``: an evaluation clears an envelope only when both agree."""
+    return content_hash(action_document(tool_id=tool_id, operation=operation, parameters=parameters))

@@ -15,6 +15,8 @@ from agp_project.http.serializers import (
     StrictSerializer,
 )
 
+from registry.serializers import OPERATION_MESSAGE, OPERATION_PATTERN, TOOL_MESSAGE, TOOL_PATTERN
+
 from .choices import (
     ApprovalVerdict,
     DecisionOutcome,
@@ -96,6 +98,14 @@ class StringListField(serializers.JSONField):
     """A stored list of strings, rendered as it is."""
 
 
+class ActionSerializer(StrictSerializer):
+    """The action an evaluation is made for: the envelope that cites it must ask for exactly this."""
+
+    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
+    operation = serializers.RegexField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE})
+    parameters = serializers.DictField(required=False, default=dict)
+
+
 class PolicyEvaluationSerializer(StrictSerializer):
     type_name = "PolicyEvaluation"
 
@@ -104,6 +114,10 @@ class PolicyEvaluationSerializer(StrictSerializer):
     task_id = IdField()
     agent_id = serializers.CharField(max_length=AGENT_MAX)
     input = serializers.DictField(required=False, default=dict, help_text="The Rego `input` document.")
+    action = ActionSerializer(required=False, allow_null=True, default=None, help_text=(
+        "The action evaluated, available to the ruleset as `input.action`. Only an evaluation made for "
+        "exactly the envelope's tool, operation and parameters clears that envelope."))
+    action_hash = BlankAsNullCharField(read_only=True, allow_null=True)
     result = PolicyResultField(read_only=True)
     input_hash = serializers.CharField(read_only=True)
     ruleset_hash = serializers.CharField(read_only=True)

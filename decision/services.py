@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_fsm import ConcurrentTransition, can_proceed
 
 from agp_project import errors
-from agp_project.canonical import content_hash
+from agp_project.canonical import action_document, content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from agp_project.timeutil import iso, not_in_future
@@ -120,10 +120,19 @@ def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
     return warnings
 
 
+def policy_evaluation_input(*, input: dict[str, Any], action: dict[str, Any] | None) -> dict[str, Any]:
+    """The Rego ``input``: the client's input with ``input.action`` set to the action evaluated."""
+    return {**input, "action": action} if action is not None else input
+
+
 def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,
-                             input: dict[str, Any], evaluation_id: str | None = None,
-                             created_at: datetime | None = None) -> PolicyEvaluation:
-    """Evaluate the policy set's Rego ruleset for ``input`` and record the result.
+                             input: dict[str, Any], action: dict[str, Any] | None = None,
+                             evaluation_id: str | None = None, created_at: datetime | None = None) -> PolicyEvaluation:
+    """Evaluate the policy set's Rego ruleset for ``input`` and ``action``, and record the result.
+
+    ``action`` (``{"tool_id", "operation", "parameters"}``) is what the evaluation may later
+    clear: an envelope cites it only for exactly that action (CONTRACT C12); the ruleset
+    reads it as ``input.action``. An evaluation without one clears no envelope.
 
     A revoked set is refused (422); a deprecated, expired or not yet effective one is
     evaluated with a warning. The engine never raises: a ruleset that fails to compile or
@@ -134,6 +143,11 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     nothing, since check 5 of an envelope refuses an evaluation whose set is revoked.
     """
     evaluation_id = evaluation_id or new_id("pev")
+    if action is not None:
+        if "action" in input:
+            raise errors.invalid_fields({"input": [
+                "input.action is set by the service from the request's action: send one or the other."]})
+        action = action_document(**action)
     policy_set = PolicySet.objects.filter(policy_set_id=policy_set_id).first()
     missing = {}
     if policy_set is None:
@@ -147,19 +161,23 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
             details={"failed_checks": [_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})
     input_hash = _hash_of(input, "input")
+    evaluated_action_hash = _hash_of(action, "action") if action is not None else ""
     now = timezone.now()
-    outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=input)
+    outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash,
+                              input=policy_evaluation_input(input=input, action=action))
     result = outcome.as_result()
     with _unique("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic():
         evaluation = PolicyEvaluation.objects.create(
             evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
-            input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
+            input_hash=input_hash, action=action, action_hash=evaluated_action_hash,
+            ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
             require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
             evaluated_at=now, created_at=_created_at(created_at, now))
         ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
                       resource_id=evaluation_id, actor=actor,
                       payload={"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
-                               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash, "result": result,
+                               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash,
+                               "action_hash": evaluated_action_hash or None, "result": result,
                                "engine": outcome.engine})
     return evaluation
 

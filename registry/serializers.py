@@ -38,7 +38,9 @@ MAX_HOPS = 64
 NAME_MAX = 128
 PARAMETER_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
 TOOL_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
+TOOL_MESSAGE = "A tool id is 1-128 characters of letters, digits and . _ : / -."
 OPERATION_PATTERN = r"^[A-Za-z0-9._/-]{1,128}$"
+OPERATION_MESSAGE = "An operation is 1-128 characters of letters, digits and . _ / -."
 # What a delegation link's signature does not cover: the fields that change after issue.
 LINK_UNSIGNED_FIELDS = ("signature", "status", "revoked_at")
 
@@ -267,11 +269,9 @@ class CapabilitySerializer(StrictSerializer):
     capability_id = IdField(required=False)
     agent_id = AgentField()
     delegation_id = IdField()
-    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={
-        "invalid": "A tool id is 1-128 characters of letters, digits and . _ : / -."})
+    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
     operations = serializers.ListField(
-        child=serializers.RegexField(OPERATION_PATTERN, error_messages={
-            "invalid": "An operation is 1-128 characters of letters, digits and . _ / -."}),
+        child=serializers.RegexField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE}),
         min_length=1, max_length=100)
     allowed_parameter_ranges = ParameterRangesField(required=False)
     expires_at = serializers.DateTimeField(required=False)
@@ -316,8 +316,7 @@ class SkillSerializer(StrictSerializer):
     agent_id = AgentField()
     name = serializers.CharField(max_length=256)
     version = serializers.CharField(max_length=64, required=False, allow_blank=True)
-    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={
-        "invalid": "A tool id is 1-128 characters of letters, digits and . _ : / -."})
+    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
     connector = serializers.ChoiceField(choices=Connector.choices, required=False)
     endpoint_url = HttpUrlField(max_length=1024, required=False, allow_blank=True,
                                 help_text="Required for the http and mcp connectors; checked against SSRF at "
