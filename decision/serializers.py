@@ -14,7 +14,6 @@ from agp_project.http.serializers import (
     SignatureSerializer,
     StrictSerializer,
 )
-
 from registry.serializers import OPERATION_MESSAGE, OPERATION_PATTERN, TOOL_MESSAGE, TOOL_PATTERN
 
 from .choices import (
@@ -29,6 +28,7 @@ from .choices import (
     Recommendation,
     Severity,
 )
+from .documents import approval_document, impact_assessment_document
 
 TEXT_MAX = 20000
 AGENT_MAX = 128
@@ -220,6 +220,9 @@ class ImpactAssessmentSerializer(StrictSerializer):
     assessed_at = serializers.DateTimeField(required=False)
     signature = SignatureSerializer(read_only=True)
 
+    def to_representation(self, instance):
+        return impact_assessment_document(instance)
+
 
 # --- approvals -------------------------------------------------------------------------------
 class ApprovalSerializer(StrictSerializer):
@@ -234,6 +237,9 @@ class ApprovalSerializer(StrictSerializer):
     expires_at = serializers.DateTimeField(help_text="Required: an approval always expires.")
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+
+    def to_representation(self, instance):
+        return approval_document(instance)
 
 
 # --- escalations -----------------------------------------------------------------------------
@@ -295,9 +301,3 @@ class CommerceSessionSerializer(StrictSerializer):
     reserved_amount = serializers.DecimalField(max_digits=18, decimal_places=4, read_only=True)
     status = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
-
-
-def render_for_signature(serializer_class, instance) -> dict:
-    """The representation a signature covers: the rendered resource without ``signature``."""
-    data = serializer_class(instance).data
-    return {name: value for name, value in data.items() if name != "signature"}

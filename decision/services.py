@@ -27,7 +27,8 @@ from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
 from registry.selectors import delegation_chain_problem
 
-from .choices import DecisionOutcome, DecisionStatus, EscalationStatus, EthicalFramework, Recommendation
+from .choices import DecisionOutcome, DecisionStatus, EscalationStatus, Recommendation
+from .documents import ETHICAL_DEFAULTS, PARETO_DEFAULTS, approval_document, impact_assessment_document
 from .models import (
     Approval,
     CommerceSession,
@@ -292,9 +293,6 @@ def decision_status_set(*, actor: str, decision_id: str, status: str, now: datet
 # --- impact assessments ----------------------------------------------------------------------
 # What an assessment says about what the request left out: the careful reading (no
 # improvement without harm shown, no mitigation known, the spec's framework).
-PARETO_DEFAULTS = {"improves_without_harm": False, "harmed_parties": [], "mitigation_available": False,
-                   "mitigation_notes": ""}
-ETHICAL_DEFAULTS = {"primary": EthicalFramework.VEIL_OF_IGNORANCE.value, "secondary": [], "prohibitions": []}
 
 
 def _impact_defaults(*, stakeholders_affected, pareto_assessment, ethical_framework_applied,
@@ -320,8 +318,6 @@ def impact_assessment_create(*, actor: str, task_id: str, decision_ref: str, age
     Refused (400) for an unknown task or decision, a decision of another task, or a
     decision that is already finalised.
     """
-    from .serializers import ImpactAssessmentSerializer, render_for_signature
-
     assessment_id = assessment_id or new_id("ia")
     now = timezone.now()
     assessed_at = not_in_future(assessed_at, field="assessed_at", now=now) if assessed_at else now
@@ -351,7 +347,7 @@ def impact_assessment_create(*, actor: str, task_id: str, decision_ref: str, age
             time_horizons=[dict(item) for item in time_horizons], stakeholders_affected=stakeholders,
             pareto_assessment=pareto, ethical_framework_applied=ethical, recommendation=recommendation,
             recommendation_rationale=recommendation_rationale, assessed_at=assessed_at, created_at=now)
-        assessment.signature = sign_resource(render_for_signature(ImpactAssessmentSerializer, assessment))
+        assessment.signature = sign_resource(impact_assessment_document(assessment))
         assessment.save(force_insert=True)
         ledger_append(event_type="impact_assessment.created", resource_type="ImpactAssessment",
                       resource_id=assessment_id, actor=actor,
@@ -368,8 +364,6 @@ def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: st
 
     The decision's own agent cannot approve it (422): an approval is a second pair of eyes.
     """
-    from .serializers import ApprovalSerializer, render_for_signature
-
     approval_id = approval_id or new_id("apr")
     now = timezone.now()
     decision = Decision.objects.filter(decision_id=decision_ref).first()
@@ -385,7 +379,7 @@ def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: st
     with _unique("approval", "approval_id", approval_id), transaction.atomic():
         approval = Approval(approval_id=approval_id, decision=decision, approver=approver, verdict=verdict,
                             conditions=list(conditions), expires_at=expires_at, created_at=_created_at(created_at, now))
-        approval.signature = sign_resource(render_for_signature(ApprovalSerializer, approval))
+        approval.signature = sign_resource(approval_document(approval))
         approval.save(force_insert=True)
         ledger_append(event_type="approval.created", resource_type="Approval", resource_id=approval_id,
                       actor=actor, payload={"decision_ref": decision_ref, "approver": approver, "verdict": verdict,

@@ -12,9 +12,10 @@ from agp_project.http.prefer import EXECUTE, execution_mode, parse_prefer
 from agp_project.http.schema import ErrorEnvelopeSerializer
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
+from .documents import envelope_document
 from .models import ActionEnvelope
 from .replay import replay_action
-from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer, envelope_document
+from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer
 from .serializers_operations import OperationSerializer, operation_representation
 from .services import envelope_accept, envelope_inputs, envelope_validate
 

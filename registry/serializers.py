@@ -30,6 +30,7 @@ from .choices import (
     SkillStatus,
     TaskStatus,
 )
+from .documents import delegation_document, policy_set_document
 from .scopes import is_valid_scope
 
 # A chain's depth is bounded by the hops its root grants; 64 keeps every materialised
@@ -41,8 +42,6 @@ TOOL_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
 TOOL_MESSAGE = "A tool id is 1-128 characters of letters, digits and . _ : / -."
 OPERATION_PATTERN = r"^[A-Za-z0-9._/-]{1,128}$"
 OPERATION_MESSAGE = "An operation is 1-128 characters of letters, digits and . _ / -."
-# What a delegation link's signature does not cover: the fields that change after issue.
-LINK_UNSIGNED_FIELDS = ("signature", "status", "revoked_at")
 
 
 def _unique(values: list, field: str) -> list:
@@ -99,21 +98,8 @@ class DelegationChainSerializer(StrictSerializer):
     def validate_authority_scope(self, value):
         return _unique(value, "authority_scope")
 
-
-def delegation_link_payload(representation: dict, *, includes_own_signature: bool = True) -> dict:
-    """What the signature of one delegation link covers.
-
-    The DelegationChain as rendered, without the fields that change after issue
-    (``signature``, ``status``, ``revoked_at``), and with ``signature_chain`` ending
-    *before* this link's own signature: the parent's chain. Binding the parent's chain
-    into every link makes the chain tamper-evident from the root down. To verify a
-    response, pass it as is (``includes_own_signature=True``) to this function and check
-    ``signature_chain[-1]`` over ``content_hash`` of the result.
-    """
-    payload = {key: value for key, value in representation.items() if key not in LINK_UNSIGNED_FIELDS}
-    chain = list(representation.get("signature_chain") or [])
-    payload["signature_chain"] = chain[:-1] if includes_own_signature else chain
-    return payload
+    def to_representation(self, instance):
+        return delegation_document(instance)
 
 
 # --- policy sets --------------------------------------------------------------------------
@@ -155,6 +141,9 @@ class PolicySetSerializer(StrictSerializer):
 
     def validate_regulatory_frameworks(self, value):
         return _unique(value, "regulatory_frameworks")
+
+    def to_representation(self, instance):
+        return policy_set_document(instance)
 
 
 class PolicySetStatusSerializer(StrictSerializer):
