@@ -65,3 +65,25 @@ class ConsistencyProofSerializer(FieldCopiesMixin, serializers.Serializer):
     first = serializers.IntegerField()
     second = serializers.IntegerField()
     proof = serializers.ListField(child=serializers.CharField())
+
+
+class EvidenceEventSerializer(serializers.Serializer):
+    event = LedgerEventSerializer()
+    proof = InclusionProofSerializer()
+
+
+class ActionEvidenceSerializer(serializers.Serializer):
+    """``GET /agp/action-envelopes/{action_id}/evidence`` (schema only: ``execution.evidence`` renders it)."""
+
+    type = serializers.CharField(help_text="`ActionEvidence`.")
+    action_id = serializers.CharField()
+    generated_at = serializers.CharField()
+    records = serializers.DictField(help_text=(
+        "The records as their own endpoints render them: envelope, task, decision, policy_evaluation, policy_set, "
+        "impact_assessments, approvals, delegation_chain (root first), capability, commerce_session, payment, "
+        "operation, receipt (null where the action has none)."))
+    ledger_events = EvidenceEventSerializer(many=True, help_text="Every ledger event of the action with its "
+                                                                 "inclusion proof in the checkpoint's tree.")
+    checkpoint = CheckpointSerializer()
+    jwks = serializers.DictField(help_text="The service's public keys, as /.well-known/jwks.json serves them.")
+    signature = SignatureSerializer(help_text="The service's signature over the whole bundle without it.")
