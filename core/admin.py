@@ -230,7 +230,7 @@ class CheckpointAdmin(ReadOnlyModelAdmin):
 
 @admin.register(MerkleTile)
 class MerkleTileAdmin(ReadOnlyModelAdmin):
-    """The stored Merkle tree: 256 node hashes a tile, level 0 the leaves (core/tree.py)."""
+    """The stored Merkle tree: 16 node hashes a tile, level 0 the leaves (core/tree.py)."""
 
     list_display = ("level", "index", "width")
     list_filter = ("level",)

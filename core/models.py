@@ -78,8 +78,8 @@ class IdempotencyRecord(models.Model):
 class MerkleTile(models.Model):
     """One tile of the ledger's Merkle tree (CONTRACT C15; ``core.tree``).
 
-    Tile (``level``, ``index``) holds the hashes of the tree's nodes at height ``8 * level``
-    with indices ``256 * index`` onwards: up to 256 hashes of 32 bytes, concatenated. Level 0
+    Tile (``level``, ``index``) holds the hashes of the tree's nodes at height ``4 * level``
+    with indices ``16 * index`` onwards: up to 16 hashes of 32 bytes, concatenated. Level 0
     holds the leaf hashes. Only the last tile of a level is ever partial, and a tile only
     grows: the hash of a complete subtree never changes.
     """

@@ -54,13 +54,10 @@ def _tree_size(field: str, requested: int | None, newest: int) -> int:
 def ledger_inclusion_proofs(*, sequences: Iterable[int], tree_size: int) -> dict[int, dict[str, Any]]:
     """The inclusion proof of each event in the tree of ``tree_size`` (which the caller checked is
     signed), reading every tile the proofs need in one query."""
-    wanted = sorted(set(sequences))
+    plans = {sequence: inclusion_ranges(sequence - 1, tree_size) for sequence in sorted(set(sequences))}
     tiles = StoredTiles()
-    plans = {}
-    for sequence in wanted:
-        ranges = inclusion_ranges(sequence - 1, tree_size)
-        plans[sequence] = ranges
-        tiles.prefetch([(0, sequence - 1), *(node for start, end in ranges for node in subtrees(start, end))])
+    tiles.prefetch([(0, sequence - 1) for sequence in plans]
+                   + [node for ranges in plans.values() for start, end in ranges for node in subtrees(start, end)])
     return {sequence: {"sequence": sequence, "leaf_index": sequence - 1, "tree_size": tree_size,
                        "leaf_hash": tiles.node(0, sequence - 1).hex(),
                        "audit_path": [tiles.range_hash(start, end).hex() for start, end in ranges]}

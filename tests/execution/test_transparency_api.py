@@ -90,7 +90,7 @@ def test_the_proofs_have_the_shape_of_rfc_9162s_example_tree_of_seven(api):
 
 
 def test_proofs_across_tile_boundaries_of_large_trees_are_rfc_9162s(api):
-    # Tiles hold 256 hashes: 256 and 65,536 leaves complete a tile of level 0 and of level 1.
+    # Tiles hold 16 hashes: 256 and 65,536 leaves complete tiles of levels 0 and 1, and of levels 0 to 3.
     checkpoints = (300, 65_535, 65_537, 70_000)
     for size in checkpoints:
         seed(size)
