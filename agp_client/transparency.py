@@ -162,7 +162,8 @@ def event_problem(event: Any, proof: Any, checkpoint: dict[str, Any]) -> str | N
     if proof.get("leaf_hash") != leaf_hash(canonical).hex():
         return "its proof's leaf_hash is not the hash of this event"
     if proof.get("tree_size") != checkpoint["tree_size"]:
-        return f"its proof is for a tree of {proof.get('tree_size')} events, not the checkpoint's {checkpoint['tree_size']}"
+        return (f"its proof is for a tree of {proof.get('tree_size')} events, not the checkpoint's "
+                f"{checkpoint['tree_size']}")
     if not verify_inclusion(leaf_hash=proof["leaf_hash"], leaf_index=proof["leaf_index"],
                             tree_size=proof["tree_size"], audit_path=proof.get("audit_path"),
                             root_hash=checkpoint["root_hash"]):
@@ -272,7 +273,8 @@ def verify_evidence(bundle: Any, *, jwks: dict[str, Any] | None = None) -> dict[
     problem = signature_problem(bundle, keys)
     if problem:
         raise fail(f"the bundle's own signature: {problem}")
-    kids = sorted({record["signature"]["kid"] for _label, record, _link in signed} | {checkpoint["signature"]["kid"],
-                                                                                      bundle["signature"]["kid"]})
-    return {"action_id": bundle["action_id"], "signatures": len(signed) + 2, "ledger_events": len(bundle["ledger_events"]),
-            "tree_size": checkpoint["tree_size"], "root_hash": checkpoint["root_hash"], "kids": kids}
+    kids = {record["signature"]["kid"] for _label, record, _link in signed}
+    kids |= {checkpoint["signature"]["kid"], bundle["signature"]["kid"]}
+    return {"action_id": bundle["action_id"], "signatures": len(signed) + 2,
+            "ledger_events": len(bundle["ledger_events"]), "tree_size": checkpoint["tree_size"],
+            "root_hash": checkpoint["root_hash"], "kids": sorted(kids)}

@@ -32,6 +32,7 @@ from django.db import connection, models
 from django.db.models import Q
 from django.db.models.functions import Cast
 
+from agp_project.db import prepared_cursor
 from agp_project.timeutil import iso
 
 from .ledger import CANONICAL_EVENT_SQL, GENESIS_HASH, canonical_event, chain_hash, payload_text_hash
@@ -119,14 +120,29 @@ class Tiles:
         return self.range_hash(0, size)
 
 
+# Every proof reads its tiles with this one text, so PostgreSQL plans it once per connection
+# (``prepared_cursor``): planning the equivalent OR of ten (level, index) pairs cost more
+# than running it (0.5 ms against 0.2 ms at a million events).
+_PG_TILES = ("SELECT tile.level, tile.index, tile.hashes"
+             " FROM unnest(%s::smallint[], %s::bigint[]) AS wanted(level, index)"
+             f' JOIN "{MerkleTile._meta.db_table}" AS tile ON tile.level = wanted.level AND tile.index = wanted.index')
+
+
 class StoredTiles(Tiles):
     """The tiles in the database, fetched as they are needed (``prefetch``: one query)."""
 
     def _load(self, keys: set[tuple[int, int]]) -> None:
-        condition = Q()
-        for level, index in keys:
-            condition |= Q(level=level, index=index)
-        for level, index, hashes in MerkleTile.objects.filter(condition).values_list("level", "index", "hashes"):
+        if connection.vendor == "postgresql":
+            levels, indexes = zip(*sorted(keys), strict=True)
+            with prepared_cursor() as cursor:
+                cursor.execute(_PG_TILES, [list(levels), list(indexes)])
+                rows = cursor.fetchall()
+        else:
+            condition = Q()
+            for level, index in keys:
+                condition |= Q(level=level, index=index)
+            rows = MerkleTile.objects.filter(condition).values_list("level", "index", "hashes")
+        for level, index, hashes in rows:
             self.tiles[(level, index)] = bytes(hashes)
         for key in keys:
             self.tiles.setdefault(key, b"")

@@ -52,15 +52,17 @@ def test_it_gathers_the_whole_story_of_an_action_with_every_event_proved(api):
     assert records["envelope"] == get(api, f"/agp/action-envelopes/{action_id}")
     assert records["task"] == get(api, f"/agp/tasks/{ids['task_id']}")
     assert records["decision"] == get(api, f"/agp/decisions/{ids['decision_id']}")
-    assert records["policy_evaluation"] == get(api, f"/agp/policy-evaluations/{records['envelope']['policy_decision_ref']}")
+    envelope = records["envelope"]
+    assert records["policy_evaluation"] == get(api, f"/agp/policy-evaluations/{envelope['policy_decision_ref']}")
     assert records["policy_set"] == get(api, f"/agp/policy-sets/{records['policy_evaluation']['policy_set_id']}")
     assert records["approvals"] == get(api, f"/agp/approvals?decision_ref={ids['decision_id']}")["items"]
-    assert records["impact_assessments"] == get(api, f"/agp/impact-assessments?decision_ref={ids['decision_id']}")["items"]
+    assert records["impact_assessments"] == get(
+        api, f"/agp/impact-assessments?decision_ref={ids['decision_id']}")["items"]
     assert [link["delegation_id"] for link in records["delegation_chain"]] == [
         records["delegation_chain"][1]["parent_delegation_id"], ids["delegation_id"]]
     assert records["delegation_chain"][1] == get(api, f"/agp/delegations/{ids['delegation_id']}")
-    assert records["capability"] == get(api, f"/agp/capabilities/{records['envelope']['capability_token_ref']}")
-    assert records["commerce_session"] == get(api, f"/agp/commerce-sessions/{records['envelope']['commerce_session_ref']}")
+    assert records["capability"] == get(api, f"/agp/capabilities/{envelope['capability_token_ref']}")
+    assert records["commerce_session"] == get(api, f"/agp/commerce-sessions/{envelope['commerce_session_ref']}")
     assert records["operation"] == get(api, f"/agp/operations/{ids['operation_id']}")
     assert records["receipt"] == get(api, f"/agp/receipts/{operation.receipt.receipt_id}")
     assert records["payment"] == {

@@ -18,7 +18,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="print the verification as JSON")
-        parser.add_argument("--batch-size", type=int, default=5000, help="events read per query by the Python walk (PostgreSQL verifies in one statement)")
+        parser.add_argument("--batch-size", type=int, default=5000,
+                            help="events read per query by the Python walk (PostgreSQL verifies in one statement)")
 
     def handle(self, *args, **options):
         chain = ledger_verify(batch_size=options["batch_size"])
