@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agp_project.ids import new_id
 from execution.runner import operation_execute
-from tests.execution.factories import RULESET, _iso
+from tests.execution.factories import RULESET
 
 
 def _created(response) -> dict:
@@ -27,7 +27,7 @@ def _created(response) -> dict:
 def make_executed_action(api, *, execute: bool = True) -> dict:
     suffix = new_id("w")[2:].lower()
     root, orchestrator, agent = f"principal-{suffix}", f"orchestrator-{suffix}", f"agent-{suffix}"
-    later = _iso(timezone.now() + timedelta(days=1))
+    later = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     def post(path, body):
         return _created(api.post(path, body, format="json"))
