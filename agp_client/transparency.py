@@ -236,6 +236,14 @@ def verify_evidence(bundle: Any, *, jwks: dict[str, Any] | None = None) -> dict[
     are checked against ``jwks`` when given (keys obtained and trusted separately), else
     against the JWKS in the bundle.
     """
+    try:
+        return _verify_evidence(bundle, jwks)
+    except (AttributeError, KeyError, TypeError, IndexError) as exc:
+        # A member of the wrong kind somewhere (a string where a record should be ...).
+        raise VerificationError(f"the bundle is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _verify_evidence(bundle: Any, jwks: dict[str, Any] | None) -> dict[str, Any]:
     def fail(message: str) -> VerificationError:
         return VerificationError(message)
 

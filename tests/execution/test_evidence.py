@@ -203,6 +203,7 @@ def tamperings(bundle: dict) -> list[tuple[str, object, str]]:
         ("the JWKS", setter("jwks", value={"keys": [other_key]}),
          f"checkpoint {size}: it is signed with key"),
         ("the bundle's type", setter("type", value="EvidenceBundle"), "not an evidence bundle"),
+        ("a record of the wrong kind", setter("records", "approvals", value=["apr_1"]), "the bundle is malformed"),
     ]
 
 
