@@ -202,6 +202,7 @@ def test_it_refuses_a_duplicate_before_any_check_and_records_nothing_for_it(api)
     assert ActionEnvelope.objects.filter(action_id=body["action_id"]).count() == 1
 
 
+@pytest.mark.postgres  # the event is one statement only on PostgreSQL (core/ledger.py)
 def test_a_validation_reads_in_the_checks_two_statements_and_writes_its_event_in_one(api):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext

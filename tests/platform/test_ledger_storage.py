@@ -377,6 +377,7 @@ class TestInsert:
         assert LedgerEvent.objects.count() == 1
         assert LedgerHead.objects.values_list("sequence", "hash").get() == head
 
+    @pytest.mark.postgres  # SQLite does not enforce a column's length
     def test_a_value_too_long_for_its_column_is_refused_not_truncated(self):
         from django.db import DataError
 
@@ -409,6 +410,7 @@ class TestInsert:
             insert(evaluation)
         assert LedgerEvent.objects.count() == 1
 
+    @pytest.mark.postgres  # a condition is confirmed only on the one-statement path
     def test_a_condition_that_holds_under_the_lock_lets_it_write(self):
         from decision.models import PolicyEvaluation
 
@@ -442,6 +444,7 @@ class TestInsert:
         assert not_written is None
         assert not PolicyEvaluation.objects.exists() and not LedgerEvent.objects.exists()
 
+    @pytest.mark.postgres  # a condition is confirmed only on the one-statement path
     def test_a_condition_that_holds_with_no_head_row_recreates_it_and_writes(self):
         ledger_record(event_type="t", resource_type="t", resource_id="t", actor="a")
         LedgerHead.objects.all().delete()
