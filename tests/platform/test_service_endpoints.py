@@ -27,8 +27,8 @@ def test_readyz_is_ready_on_the_embedded_defaults(api, settings):
 
 
 @pytest.mark.django_db
-def test_readyz_is_ready_with_a_redis_broker_that_answers(api, settings, redis_test_url):
-    settings.CELERY_BROKER_URL = redis_test_url
+def test_readyz_is_ready_with_a_redis_broker_that_answers(api, settings, redis_url):
+    settings.CELERY_BROKER_URL = redis_url
     response = api.get("/readyz")
     assert response.status_code == 200, response.content
     assert response.json()["checks"] == {"database": True, "broker": True}
