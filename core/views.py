@@ -16,7 +16,10 @@ logger = logging.getLogger(__name__)
 
 @require_GET
 def healthz(request):
-    return JsonResponse({"status": "ok"})
+    body = {"status": "ok"}
+    if settings.AGP_INSTANCE_ID:
+        body["instance"] = settings.AGP_INSTANCE_ID
+    return JsonResponse(body)
 
 
 def _database_ok() -> bool:

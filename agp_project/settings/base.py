@@ -119,6 +119,9 @@ AGP_IDEMPOTENCY_TTL_SECONDS = env_int("AGP_IDEMPOTENCY_TTL_SECONDS", 86400, mini
 # A request holding a key for longer than this is presumed dead (its process crashed);
 # a retry may then take the key over.
 AGP_IDEMPOTENCY_LOCK_SECONDS = env_int("AGP_IDEMPOTENCY_LOCK_SECONDS", 120, minimum=1)
+# Returned by /healthz: scripts/serve sets a random one to know that the server answering
+# its health check is the one it started, not another on the same port.
+AGP_INSTANCE_ID = env_str("AGP_INSTANCE_ID")
 
 # --- Authentication (CONTRACT C3) ---------------------------------------------------
 AGP_AUTH_SECRET = env_str("AGP_AUTH_SECRET")

@@ -106,3 +106,10 @@ def test_bootstrap_says_when_authentication_is_off(settings, tmp_path, capsys):
     settings.AGP_SIGNING_KEY_FILE = tmp_path / "signing-key.pem"
     call_command("bootstrap")
     assert "authentication is off" in capsys.readouterr().out
+
+
+def test_healthz_names_the_instance_it_was_started_as(api, settings):
+    settings.AGP_INSTANCE_ID = "f00d"
+    response = api.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "instance": "f00d"}
