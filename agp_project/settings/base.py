@@ -244,6 +244,17 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/agp",
+    # One name per choice set shared by several fields, where the field names alone would
+    # collide ("status") or differ ("primary"/"secondary"); without them the generator warns
+    # on every first /agp/openapi.json and names enums by hash.
+    "ENUM_NAME_OVERRIDES": {
+        "ActiveStatusEnum": "registry.choices.ActiveStatus.choices",
+        "PolicySetStatusEnum": "registry.choices.PolicySetStatus.choices",
+        "OpenClosedStatusEnum": "registry.choices.TaskStatus.choices",  # tasks and commerce sessions
+        "DecisionStatusEnum": "decision.choices.DecisionStatus.choices",
+        "EthicalFrameworkEnum": "decision.choices.EthicalFramework.choices",
+        "SeverityEnum": "decision.choices.Severity.choices",  # severity and magnitude
+    },
 }
 
 LOGGING = {

@@ -113,3 +113,9 @@ def test_healthz_names_the_instance_it_was_started_as(api, settings):
     response = api.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "instance": "f00d"}
+
+
+def test_the_openapi_document_is_generated_without_a_warning(tmp_path):
+    # A warning would be printed on the first /agp/openapi.json of every server process.
+    call_command("spectacular", "--fail-on-warn", "--file", str(tmp_path / "openapi.yaml"))
+    assert "/agp/action-envelopes" in (tmp_path / "openapi.yaml").read_text()
