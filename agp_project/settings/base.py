@@ -153,7 +153,8 @@ AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or secret_from_file(VAR_DIR
 
 # --- Celery (CONTRACT C8) -------------------------------------------------------------
 BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = env_str("AGP_BROKER_URL", "filesystem://")
+# With a host named, kombu does not warn on every connection that it supplied "localhost".
+CELERY_BROKER_URL = env_str("AGP_BROKER_URL", "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     (BROKER_DIR / "control").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -261,9 +262,16 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    # Beat's sweeps that found nothing log nothing at INFO (agp_project/logfilters.py).
+    "filters": {"quiet_idle_sweeps": {"()": "agp_project.logfilters.QuietIdleSweeps"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("AGP_LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        "celery.beat": {"filters": ["quiet_idle_sweeps"]},
+        "celery.worker.strategy": {"filters": ["quiet_idle_sweeps"]},
+        "celery.app.trace": {"filters": ["quiet_idle_sweeps"]},
+    },
 }
 
 # --- Cache (token-endpoint failure counters, compiled-policy metadata) -----------------
