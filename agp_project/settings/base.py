@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "core",
     "auth_tokens",
     "registry",
@@ -245,6 +246,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/agp",
+    # /agp/docs serves Redoc's script itself: no CDN, no network needed.
+    "REDOC_DIST": "SIDECAR",
     # One name per choice set shared by several fields, where the field names alone would
     # collide ("status") or differ ("primary"/"secondary"); without them the generator warns
     # on every first /agp/openapi.json and names enums by hash.
