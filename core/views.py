@@ -92,10 +92,9 @@ def _api_groups():
             if match:
                 collections[match.group(1)] = f"/agp/{match.group(1)}"
                 continue
-            path = _NAMED_GROUP.sub(lambda m: "{" + (m.group(1) or m.group(2)) + "}", text).strip("^$")
-            first = path.split("/")[0]
-            if first not in collections and path not in others:
-                others.append(f"/agp/{path}")
+            path = "/agp/" + _NAMED_GROUP.sub(lambda m: "{" + (m.group(1) or m.group(2)) + "}", text).strip("^$")
+            if path.split("/")[2] not in collections and path not in others:
+                others.append(path)
     return groups
 
 
