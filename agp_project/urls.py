@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
 from auth_tokens.views import token
-from core.views import healthz, jwks, readyz
+from core.views import ApiDocsView, ApiIndexView, healthz, jwks, readyz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
@@ -12,6 +12,8 @@ urlpatterns = [
     path("oauth/token", token, name="oauth-token"),
     path("agp/openapi.json", SpectacularJSONAPIView.as_view(authentication_classes=[], permission_classes=[]),
          name="openapi"),
+    path("agp/", ApiIndexView.as_view(), name="api-index"),
+    path("agp/docs", ApiDocsView.as_view(), name="api-docs"),
     path("agp/", include("registry.urls")),
     path("agp/", include("decision.urls")),
     path("agp/", include("execution.urls")),

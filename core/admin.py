@@ -274,6 +274,9 @@ class IdempotencyRecordAdmin(ReadOnlyModelAdmin):
 
 
 # Users and groups: the standard admin, read-only for auditors like everything else.
+# "View site" goes to the API's documentation: the service has no other site.
+admin.site.site_url = "/agp/docs"
+
 admin.site.unregister(User)
 admin.site.unregister(Group)
 

@@ -154,6 +154,26 @@ def ledger_batch():
         _append(event)
 
 
+# The resources whose own events belong to a task's or an action's trail by their id.
+TRAIL_RESOURCES = {"task_id": "Task", "action_id": "ActionEnvelope"}
+
+
+def event_trail(*, resource_type: str, resource_id: str, payload: dict[str, Any]) -> dict[str, str | None]:
+    """The task and action an event belongs to (CONTRACT C12): its payload's ``task_id`` and
+    ``action_id`` members, or its own resource's id for a task's or an envelope's event.
+
+    Stored beside the chained fields, as an index: the payload, which the chain covers,
+    holds what they say (verification compares them).
+    """
+    trail = {}
+    for name, own in TRAIL_RESOURCES.items():
+        value = payload.get(name)
+        if not isinstance(value, str) or not value:
+            value = resource_id if resource_type == own else None
+        trail[name] = value
+    return trail
+
+
 @dataclass(frozen=True)
 class _Event:
     """An event ready to chain: every member but the sequence and the hashes."""
@@ -162,6 +182,7 @@ class _Event:
     payload: dict[str, Any]
     payload_text: str  # the canonical JSON that payload_hash covers
     recorded: datetime
+    trail: dict[str, str | None]  # task_id, action_id: not chained, an index of the payload (``event_trail``)
 
     @classmethod
     def of(cls, *, event_type: str, resource_type: str, resource_id: str, actor: str, payload: dict[str, Any],
@@ -170,7 +191,8 @@ class _Event:
         fields = {"event_id": event_id or new_id("evt"), "event_type": event_type, "resource_type": resource_type,
                   "resource_id": resource_id, "actor": actor, "payload_hash": bytes_hash(payload_json)}
         return cls(fields=fields, payload=payload, payload_text=payload_json.decode("utf-8"),
-                   recorded=datetime.now(UTC))
+                   recorded=datetime.now(UTC),
+                   trail=event_trail(resource_type=resource_type, resource_id=resource_id, payload=payload))
 
     @property
     def prefix(self) -> str:
@@ -192,7 +214,8 @@ WITH RECURSIVE
 locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE),
 input AS (SELECT * FROM json_to_recordset(%s::json)
           AS i(n bigint, prefix text, event_id text, event_type text, resource_type text, resource_id text,
-               actor text, payload text, payload_hash text, recorded_at timestamptz)),
+               actor text, payload text, payload_hash text, recorded_at timestamptz, task_id text,
+               action_id text)),
 chain AS (
     SELECT 0::bigint AS n, sequence, ''::text AS prev_hash, hash::text AS hash FROM locked
     UNION ALL
@@ -205,9 +228,9 @@ moved AS (
      WHERE head.id = 1
  RETURNING head.sequence)
 INSERT INTO "{_EVENTS}" (sequence, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
-                         prev_hash, hash, recorded_at)
+                         prev_hash, hash, recorded_at, task_id, action_id)
 SELECT c.sequence, i.event_id, i.event_type, i.resource_type, i.resource_id, i.actor, i.payload, i.payload_hash,
-       c.prev_hash, c.hash, i.recorded_at
+       c.prev_hash, c.hash, i.recorded_at, i.task_id, i.action_id
   FROM chain AS c JOIN input AS i ON i.n = c.n
  WHERE EXISTS (SELECT 1 FROM moved)
 RETURNING sequence, prev_hash, hash
@@ -216,7 +239,7 @@ RETURNING sequence, prev_hash, hash
 
 def _events_json(events: list[_Event]) -> str:
     """The append statement's one parameter: the events as JSON records, numbered from 1."""
-    return json.dumps([{"n": n, "prefix": e.prefix, **e.fields, "payload": e.payload_text,
+    return json.dumps([{"n": n, "prefix": e.prefix, **e.fields, **e.trail, "payload": e.payload_text,
                         "recorded_at": iso(e.recorded)} for n, e in enumerate(events, start=1)], ensure_ascii=False)
 
 
@@ -242,17 +265,16 @@ def _append(event: _Event) -> LedgerEvent:
     """One event, in the caller's transaction: one statement on PostgreSQL, the ORM elsewhere."""
     if connection.vendor == "postgresql":
         [(sequence, prev_hash, event_hash)] = _pg_append_locked([event])
-        stored = LedgerEvent(sequence=sequence, payload=event.payload, prev_hash=prev_hash, hash=event_hash,
-                             recorded_at=event.recorded, **event.fields)
-        stored._state.adding = False
-        stored._state.db = connection.alias
-        return stored
+        values = {"sequence": sequence, "payload": event.payload, "prev_hash": prev_hash, "hash": event_hash,
+                  "recorded_at": event.recorded, **event.fields, **event.trail}
+        names = [field.attname for field in LedgerEvent._meta.concrete_fields]  # from_db's order
+        return LedgerEvent.from_db(connection.alias, names, [values[name] for name in names])
     head = _locked_head()
     sequence = head.sequence + 1
     event_hash = chain_hash(head.hash, canonical_event(sequence=sequence, recorded_at=iso(event.recorded),
                                                        **event.fields))
     stored = LedgerEvent.objects.create(sequence=sequence, payload=event.payload, prev_hash=head.hash,
-                                        hash=event_hash, recorded_at=event.recorded, **event.fields)
+                                        hash=event_hash, recorded_at=event.recorded, **event.fields, **event.trail)
     LedgerHead.objects.filter(pk=1).update(sequence=sequence, hash=event_hash)
     return stored
 

@@ -36,6 +36,10 @@ class LedgerEvent(models.Model):
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
     recorded_at = models.DateTimeField()
+    # The task and action the event belongs to (core.ledger.event_trail): an index of what the
+    # payload says, outside the chained fields; null where it does not apply.
+    task_id = models.CharField(max_length=128, null=True, blank=True)
+    action_id = models.CharField(max_length=128, null=True, blank=True)
 
     class Meta:
         ordering = ["-sequence"]
@@ -45,7 +49,9 @@ class LedgerEvent(models.Model):
         # 1,000,000 events the two took 45 MB, and two more B-tree inserts on every append.
         constraints = [models.UniqueConstraint(fields=["event_id"], name="core_ledgerevent_event_id_unique")]
         indexes = [models.Index(fields=["resource_type", "resource_id"]),
-                   models.Index(fields=["event_type"], name="core_ledgerevent_event_type")]
+                   models.Index(fields=["event_type"], name="core_ledgerevent_event_type"),
+                   models.Index(fields=["task_id", "sequence"], name="core_ledgerevent_task_trail"),
+                   models.Index(fields=["action_id", "sequence"], name="core_ledgerevent_action_trail")]
 
     def __str__(self):
         return f"#{self.sequence} {self.event_type} {self.resource_id}"

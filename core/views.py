@@ -1,22 +1,36 @@
-"""Service endpoints outside the API groups: health, readiness, the JWKS."""
+"""Service endpoints outside the API groups: health, readiness, the JWKS, the API's index and docs."""
 
 import logging
+import re
 
 from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
+from django.urls import URLResolver, get_resolver
 from django.views.decorators.http import require_GET
+from drf_spectacular.utils import extend_schema
+from drf_spectacular.views import SpectacularRedocView
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from agp_project import errors
 from agp_project.http.errors import error_response
+from agp_project.http.viewsets import absolute_url
 from agp_project.signing import get_signer
 
 logger = logging.getLogger(__name__)
 
+# A route's literal text, or a named group, of the API's regex and path patterns.
+_COLLECTION = re.compile(r"^\^?([a-z][a-z-]*)\$?$")
+_NAMED_GROUP = re.compile(r"\(\?P<(\w+)>(?:[^()]|\([^()]*\))*\)|<(?:\w+:)?(\w+)>")
+
 
 @require_GET
 def healthz(request):
-    return JsonResponse({"status": "ok"})
+    body = {"status": "ok"}
+    if settings.AGP_INSTANCE_ID:
+        body["instance"] = settings.AGP_INSTANCE_ID
+    return JsonResponse(body)
 
 
 def _database_ok() -> bool:
@@ -62,3 +76,72 @@ def jwks(request):
     response = JsonResponse({"keys": [get_signer().jwk()]})
     response["Cache-Control"] = "public, max-age=300"
     return response
+
+
+def _api_groups():
+    """The API groups under /agp/ as routed (one per app): its collections, then its other paths."""
+    groups = {}
+    for entry in get_resolver().url_patterns:
+        if not (isinstance(entry, URLResolver) and str(entry.pattern) == "agp/"):
+            continue
+        name = entry.urlconf_module.__name__.split(".")[0]
+        collections, others = groups.setdefault(name, ({}, []))
+        for pattern in entry.url_patterns:
+            text = str(pattern.pattern)
+            match = _COLLECTION.match(text)
+            if match:
+                collections[match.group(1)] = f"/agp/{match.group(1)}"
+                continue
+            path = "/agp/" + _NAMED_GROUP.sub(lambda m: "{" + (m.group(1) or m.group(2)) + "}", text).strip("^$")
+            if path.split("/")[2] not in collections and path not in others:
+                others.append(path)
+    return groups
+
+
+class ApiIndexView(APIView):
+    """``GET /agp/``: the API groups and their collections, with the OpenAPI document and the docs.
+
+    Open like the OpenAPI document: it says nothing the document does not.
+    """
+
+    authentication_classes = []
+    permission_classes = []
+
+    @extend_schema(exclude=True)
+    def get(self, request):
+        base = absolute_url(request, "/")[:-1]
+
+        def link(path):  # not build_absolute_uri: it would escape a template's braces
+            return base + path
+
+        return Response({
+            "service": settings.SPECTACULAR_SETTINGS["TITLE"],
+            "version": settings.SPECTACULAR_SETTINGS["VERSION"],
+            "openapi": link("/agp/openapi.json"),
+            "docs": link("/agp/docs"),
+            "groups": [
+                {"name": name, "collections": {key: link(path) for key, path in collections.items()},
+                 "paths": [link(path) for path in others]}
+                for name, (collections, others) in _api_groups().items()
+            ],
+        })
+
+
+class ApiDocsView(SpectacularRedocView):
+    """``GET /agp/docs``: the OpenAPI document rendered for people (Redoc, served from here)."""
+
+    authentication_classes = []
+    permission_classes = []
+    url_name = "openapi"
+    template_name = "core/api_docs.html"
+    # Redoc's script comes from this server (drf-spectacular-sidecar); it styles the page
+    # inline and renders in a blob worker. Nothing else is loaded from anywhere.
+    content_security_policy = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                               "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
+                               "worker-src 'self' blob:; frame-ancestors 'none'")
+
+    @extend_schema(exclude=True)
+    def get(self, request, *args, **kwargs):
+        response = super().get(request, *args, **kwargs)
+        response["Content-Security-Policy"] = self.content_security_policy
+        return response

@@ -382,7 +382,8 @@ def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: st
         approval.signature = sign_resource(approval_document(approval))
         approval.save(force_insert=True)
         ledger_append(event_type="approval.created", resource_type="Approval", resource_id=approval_id,
-                      actor=actor, payload={"decision_ref": decision_ref, "approver": approver, "verdict": verdict,
+                      actor=actor, payload={"task_id": decision.task_id, "decision_ref": decision_ref,
+                                            "approver": approver, "verdict": verdict,
                                             "payload_hash": approval.signature["payload_hash"]})
     return approval
 
@@ -439,7 +440,8 @@ def escalation_status_set(*, actor: str, escalation_id: str, status: str, outcom
             raise errors.InvalidTransition(from_state=EscalationStatus.RESOLVED, to_state=status,
                                            allowed=[]) from None
         ledger_append(event_type="escalation.resolved", resource_type="Escalation", resource_id=escalation_id,
-                      actor=actor, payload={"outcome": outcome, "resolved_by": resolved_by})
+                      actor=actor, payload={"task_id": escalation.task_id, "action_id": escalation.action_id or None,
+                                            "outcome": outcome, "resolved_by": resolved_by})
     return escalation
 
 

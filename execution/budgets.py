@@ -27,6 +27,7 @@ from registry.models import Delegation
 
 from .choices import WORKER_ACTOR, PaymentStatus
 from .models import ActionEnvelope, Payment
+from .selectors import action_trail
 
 
 class BudgetExhausted(Exception):
@@ -80,14 +81,15 @@ def payment_reserve(*, envelope: ActionEnvelope, session_id: str, amount: Decima
                                      currency=currency, amount=amount, status=PaymentStatus.RESERVED,
                                      created_at=now, updated_at=now)
     ledger_append(event_type="payment.reserved", resource_type="Payment", resource_id=payment.payment_id,
-                  actor=actor, payload={"action_id": envelope.action_id, "session_id": session_id,
+                  actor=actor, payload={**action_trail(envelope), "session_id": session_id,
                                         "amount": str(amount), "currency": currency})
     return payment
 
 
 def _payment_move(*, action_id: str, target: str, actor: str) -> Payment | None:
     with transaction.atomic():
-        payment = Payment.objects.select_for_update().filter(envelope_id=action_id).first()
+        payment = (Payment.objects.select_for_update(of=("self",)).select_related("envelope")
+                   .filter(envelope_id=action_id).first())
         if payment is None:
             return None
         if payment.status == target:
@@ -110,7 +112,7 @@ def _payment_move(*, action_id: str, target: str, actor: str) -> Payment | None:
             raise errors.Conflict(f"commerce session {payment.session_id!r} does not hold the reservation of "
                                   f"payment {payment.payment_id!r}")
         ledger_append(event_type=f"payment.{target}", resource_type="Payment", resource_id=payment.payment_id,
-                      actor=actor, payload={"action_id": action_id, "session_id": payment.session_id,
+                      actor=actor, payload={**action_trail(payment.envelope), "session_id": payment.session_id,
                                             "amount": str(payment.amount), "currency": payment.currency})
         payment.status, payment.updated_at = target, now
         return payment

@@ -84,7 +84,7 @@ def _backoff(attempt: int) -> float:
 
 def callback_deliver(*, operation_id: str) -> DeliveryOutcome:
     """Make the next delivery attempt of an ended operation's callback, and record it."""
-    operation = Operation.objects.filter(operation_id=operation_id).first()
+    operation = Operation.objects.select_related("envelope").filter(operation_id=operation_id).first()
     if operation is None or not operation.callback_url or operation.status not in OPERATION_TERMINAL:
         return DeliveryOutcome("skipped")
     done = list(CallbackAttempt.objects.filter(operation_id=operation_id).values_list("attempt", "status"))
@@ -129,7 +129,8 @@ def callback_deliver(*, operation_id: str) -> DeliveryOutcome:
         if final:
             ledger_append(event_type="callback.delivered" if delivered else "callback.abandoned",
                           resource_type="Operation", resource_id=operation_id, actor=WORKER_ACTOR,
-                          payload={"url": operation.callback_url, "attempts": number,
+                          payload={"task_id": operation.envelope.task_id, "action_id": operation.envelope_id,
+                                   "url": operation.callback_url, "attempts": number,
                                    "response_status": response_status, "error": problem})
     if delivered:
         return DeliveryOutcome("delivered", number)

@@ -14,7 +14,7 @@ the request signs one first, as the worker would: a bundle is always complete.
 import json
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
@@ -48,18 +48,8 @@ EVIDENCE_TYPE = "ActionEvidence"
 def action_ledger_events(*, action_id: str) -> QuerySet[LedgerEvent]:
     """Every ledger event about the action's records, in sequence order: its envelope (validated,
     rejected, accepted, executed ...), its operation (callback deliveries included), its payment
-    and its receipt.
-
-    Until ledger events carry an ``action_id`` column (CONTRACT C12) they are found by the
-    resource ids of the action's records, in one query; this is the one place to switch.
-    """
-    return LedgerEvent.objects.filter(
-        Q(resource_type="ActionEnvelope", resource_id=action_id)
-        | Q(resource_type="Operation",
-            resource_id__in=Operation.objects.filter(envelope_id=action_id).values("operation_id"))
-        | Q(resource_type="Payment", resource_id__in=Payment.objects.filter(envelope_id=action_id).values("payment_id"))
-        | Q(resource_type="Receipt", resource_id__in=Receipt.objects.filter(action_id=action_id).values("receipt_id"))
-    ).order_by("sequence")
+    and its receipt: the events whose ``action_id`` is the action's (CONTRACT C12)."""
+    return LedgerEvent.objects.filter(action_id=action_id).order_by("sequence")
 
 
 def _related(instance, name: str):

@@ -59,7 +59,7 @@ from .connectors import Call, ExecutionFailed, connector_for
 from .documents import envelope_document, receipt_document
 from .models import ActionEnvelope, Operation, Receipt
 from .outbox import outbox_enqueue
-from .selectors import receipt_governance
+from .selectors import action_trail, receipt_governance
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, faile
                          actor=WORKER_ACTOR)
     ledger_append(event_type="operation.failed", resource_type=OPERATION_RESOURCE,
                   resource_id=operation.operation_id, actor=WORKER_ACTOR,
-                  payload={"action_id": envelope.action_id, "stage": "execution_recheck", "error_code": err.code,
+                  payload={**action_trail(envelope), "stage": "execution_recheck", "error_code": err.code,
                            "failed_checks": failed_checks, "executor": executor})
     _enqueue_callback(operation)
 
@@ -125,7 +125,8 @@ def _envelope_set_status(*, envelope: ActionEnvelope, status: str, operation_id:
     """Move the envelope to executed/failed and ledger it (C9), in the caller's transaction."""
     ActionEnvelope.objects.filter(pk=envelope.pk).update(status=status)
     ledger_append(event_type=f"envelope.{status}", resource_type="ActionEnvelope", resource_id=envelope.action_id,
-                  actor=actor, payload={"from": envelope.status, "to": status, "operation_id": operation_id})
+                  actor=actor, payload={**action_trail(envelope), "from": envelope.status, "to": status,
+                                        "operation_id": operation_id})
     envelope.status = status
 
 
@@ -180,7 +181,7 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
     # recovery may take it over.
     external = not connector_for(connector).completes
     operation.lease_expires_at = None if external else now + _lease()
-    payload = {"action_id": envelope.action_id, "attempt": operation.attempts, "executor": executor,
+    payload = {**action_trail(envelope), "attempt": operation.attempts, "executor": executor,
                "connector": connector, "skill_id": report.skill_id}
     if takeover:
         payload["previous_executor"] = previous_executor
@@ -307,10 +308,10 @@ def _outcome_record(*, operation: Operation, status: str, result: dict[str, Any]
                             completed_at=completed_at or now, executor=executor, receipt_id=receipt_id)
     ledger_append(event_type=f"operation.{operation.status}", resource_type=OPERATION_RESOURCE,
                   resource_id=operation.operation_id, actor=actor,
-                  payload={"action_id": envelope.action_id, "receipt_id": receipt.receipt_id,
+                  payload={**action_trail(envelope), "receipt_id": receipt.receipt_id,
                            "executor": executor, "error_code": (error or {}).get("code")})
     ledger_append(event_type="receipt.issued", resource_type="Receipt", resource_id=receipt.receipt_id,
-                  actor=actor, payload={"action_id": envelope.action_id, "operation_id": operation.operation_id,
+                  actor=actor, payload={**action_trail(envelope), "operation_id": operation.operation_id,
                                         "status": status, "result_hash": receipt.result_hash})
     _enqueue_callback(operation)
     return receipt
@@ -419,7 +420,7 @@ def operation_cancel(*, operation_id: str, actor: str) -> Operation:
         payment_release(action_id=envelope.action_id, actor=actor)
         _envelope_set_status(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation_id, actor=actor)
         ledger_append(event_type="operation.cancelled", resource_type=OPERATION_RESOURCE, resource_id=operation_id,
-                      actor=actor, payload={"action_id": envelope.action_id})
+                      actor=actor, payload=action_trail(envelope))
         _enqueue_callback(operation)
     return operation
 

@@ -10,6 +10,12 @@ from registry.models import Delegation
 from .models import ActionEnvelope
 
 
+def action_trail(envelope: ActionEnvelope) -> dict[str, str]:
+    """The ``task_id`` and ``action_id`` every ledger event about an action's records carries
+    (CONTRACT C12): ``GET /agp/ledger-events?action_id=`` and ``?task_id=`` find it by them."""
+    return {"task_id": envelope.task_id, "action_id": envelope.action_id}
+
+
 def receipt_governance(*, envelope: ActionEnvelope) -> dict[str, Any]:
     """The why-record a receipt carries (CONTRACT C12): which decision, evaluation, policy,
     approvals, assessment, delegation chain (root first), commerce session and payment

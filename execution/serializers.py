@@ -19,6 +19,10 @@ class LedgerEventSerializer(StrictSerializer):
     prev_hash = serializers.CharField(read_only=True)
     hash = serializers.CharField(read_only=True)
     recorded_at = serializers.DateTimeField(read_only=True)
+    task_id = serializers.CharField(read_only=True, allow_null=True,
+                                    help_text="The task whose trail the event is part of (null: none).")
+    action_id = serializers.CharField(read_only=True, allow_null=True,
+                                      help_text="The action whose trail the event is part of (null: none).")
 
 
 class LedgerVerificationSerializer(serializers.Serializer):

@@ -35,6 +35,7 @@ from .choices import EXECUTE_TASK
 from .documents import envelope_document
 from .models import ActionEnvelope, Operation
 from .outbox import outbox_enqueue
+from .selectors import action_trail
 
 BROKER_TIMEOUT_SECONDS = 1.0
 
@@ -194,7 +195,7 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
                               signature_payload_hash=envelope.signature["payload_hash"]))
             ledger_append(event_type="operation.created", resource_type="Operation",
                           resource_id=operation.operation_id, actor=actor,
-                          payload={"action_id": envelope.action_id, "status": operation.status})
+                          payload={**action_trail(envelope), "status": operation.status})
     except IntegrityError:
         # Two submissions of one action_id both passed the checks' look-up: the unique index decides.
         if ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():

@@ -72,7 +72,7 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
     lookup_value_regex = r"[0-9]{1,18}"
     scope_group = "execution"
     filter_fields = {"event_type": "event_type", "resource_type": "resource_type",
-                     "resource_id": "resource_id", "actor": "actor"}
+                     "resource_id": "resource_id", "actor": "actor", "task_id": "task_id", "action_id": "action_id"}
 
     def perform_create(self, validated, actor):
         return ledger_append_client_event(actor=actor, **validated)

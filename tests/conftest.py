@@ -1,8 +1,11 @@
-"""Shared fixtures: an API client, tokens, and the PostgreSQL guard.
+"""Shared fixtures: an API client, tokens, the tests' Redis, and the PostgreSQL guard.
 
 Tests marked ``postgres`` need PostgreSQL (row locks, concurrent transactions). On SQLite
 they are skipped, except when ``AGP_REQUIRE_POSTGRES=1`` (set by ``.ci/run``): then a
 missing PostgreSQL fails the run instead of silently skipping.
+
+Tests that use Redis get it from ``redis_url`` (tests/redis_server.py) and nowhere else;
+they are marked ``redis`` automatically.
 """
 
 import os
@@ -12,6 +15,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from auth_tokens.scopes import ALL_SCOPES
+from tests.redis_server import session_redis
 
 AUTH_SECRET = "test-auth-secret-0123456789abcdef0123456789abcdef"
 
@@ -19,6 +23,9 @@ AUTH_SECRET = "test-auth-secret-0123456789abcdef0123456789abcdef"
 def pytest_collection_modifyitems(config, items):
     from django.conf import settings
 
+    for item in items:
+        if "redis_url" in item.fixturenames:
+            item.add_marker(pytest.mark.redis)
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
     required = os.environ.get("AGP_REQUIRE_POSTGRES") == "1"
     if on_postgres:
@@ -34,6 +41,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def _postgres_required():
     pytest.fail("AGP_REQUIRE_POSTGRES=1 but the database is not PostgreSQL: set AGP_DATABASE_URL")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    """The one Redis database the tests own: ``AGP_REDIS_TEST_URL``, else a private server's."""
+    with session_redis(tmp_path_factory.mktemp("redis"), os.environ.get("AGP_REDIS_TEST_URL")) as url:
+        yield url
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "core",
     "auth_tokens",
     "registry",
@@ -115,6 +116,9 @@ AGP_MAX_BODY_BYTES = env_int("AGP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = AGP_MAX_BODY_BYTES
 AGP_BASE_URL = (env_str("AGP_BASE_URL") or "").rstrip("/")
 AGP_IDEMPOTENCY_TTL_SECONDS = env_int("AGP_IDEMPOTENCY_TTL_SECONDS", 86400, minimum=1)
+# Returned by /healthz: scripts/serve sets a random one to know that the server answering
+# its health check is the one it started, not another on the same port.
+AGP_INSTANCE_ID = env_str("AGP_INSTANCE_ID")
 
 # --- Authentication (CONTRACT C3) ---------------------------------------------------
 AGP_AUTH_SECRET = env_str("AGP_AUTH_SECRET")
@@ -146,7 +150,8 @@ AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or secret_from_file(VAR_DIR
 
 # --- Celery (CONTRACT C8) -------------------------------------------------------------
 BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = env_str("AGP_BROKER_URL", "filesystem://")
+# With a host named, kombu does not warn on every connection that it supplied "localhost".
+CELERY_BROKER_URL = env_str("AGP_BROKER_URL", "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     (BROKER_DIR / "control").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -243,16 +248,38 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/agp",
+    # /agp/docs serves Redoc's script itself: no CDN, no network needed.
+    "REDOC_DIST": "SIDECAR",
+    # One name per choice set shared by several fields, where the field names alone would
+    # collide ("status") or differ ("primary"/"secondary"); without them the generator warns
+    # on every first /agp/openapi.json and names enums by hash.
+    "ENUM_NAME_OVERRIDES": {
+        "ActiveStatusEnum": "registry.choices.ActiveStatus.choices",
+        "PolicySetStatusEnum": "registry.choices.PolicySetStatus.choices",
+        "OpenClosedStatusEnum": "registry.choices.TaskStatus.choices",  # tasks and commerce sessions
+        "DecisionStatusEnum": "decision.choices.DecisionStatus.choices",
+        "EthicalFrameworkEnum": "decision.choices.EthicalFramework.choices",
+        "SeverityEnum": "decision.choices.Severity.choices",  # severity and magnitude
+    },
 }
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    # Beat's sweeps that found nothing log nothing at INFO (agp_project/logfilters.py).
+    "filters": {"quiet_idle_sweeps": {"()": "agp_project.logfilters.QuietIdleSweeps"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("AGP_LOG_LEVEL", "INFO")},
-    # The MCP SDK and its HTTP client log every request at INFO; the connector logs what matters.
-    "loggers": {"django.request": {"level": "ERROR"}, "httpx2": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        "celery.beat": {"filters": ["quiet_idle_sweeps"]},
+        "celery.worker.strategy": {"filters": ["quiet_idle_sweeps"]},
+        "celery.app.trace": {"filters": ["quiet_idle_sweeps"]},
+        # The MCP SDK and its HTTP client log every request at INFO; the connector logs what matters.
+        "httpx2": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
+    },
 }
 
 # --- Cache (token-endpoint failure counters, compiled-policy metadata) -----------------

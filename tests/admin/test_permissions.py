@@ -191,3 +191,11 @@ def test_it_refuses_an_auditor_the_client_actions_that_write(auditor_client, adm
     assert client.secret_hash == secret_hash
     assert client.is_active
     assert not LedgerEvent.objects.filter(resource_type="ApiClient").exists()
+
+
+def test_view_site_leads_to_the_api_documentation(auditor_client):
+    page = auditor_client.get("/admin/")
+    assert page.status_code == 200
+    assert b'<a href="/agp/docs">View site</a>' in page.content
+    docs = auditor_client.get("/agp/docs", HTTP_ACCEPT="text/html")
+    assert docs.status_code == 200 and b"<redoc" in docs.content

@@ -1,9 +1,10 @@
 """The bootstrap client from the environment, and failed-credential throttling (CONTRACT C3)."""
 
-import os
 import time
+import uuid
 
 import pytest
+import redis
 from django.core.cache import cache, caches
 
 from auth_tokens.models import Client
@@ -85,16 +86,22 @@ def _fail(api, client_id="svc", address="10.0.0.1"):
 
 
 @pytest.fixture(params=["locmem", "redis"])
-def failure_cache(request, settings):
+def failure_cache(request, settings, redis_url):
     """The failure counters in the process-local cache and in Redis (AGP_CACHE_URL in production)."""
-    if request.param == "redis":
-        settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                       "LOCATION": os.environ.get("AGP_TEST_AUTH_REDIS_URL",
-                                                                  "redis://127.0.0.1:6379/4")}}
-        assert type(caches["default"]).__name__ == "RedisCache"
-    cache.clear()
+    if request.param == "locmem":
+        cache.clear()
+        yield request.param
+        cache.clear()
+        return
+    # Keys of this test alone (the cache's clear() would empty the whole database).
+    prefix = f"agp-test-{uuid.uuid4().hex[:12]}"
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": redis_url, "KEY_PREFIX": prefix}}
+    assert type(caches["default"]).__name__ == "RedisCache"
     yield request.param
-    cache.clear()
+    with redis.Redis.from_url(redis_url) as client:
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
 
 
 def test_it_throttles_after_n_failed_authentications_with_retry_after(api, auth_settings, failure_cache):

@@ -1,8 +1,6 @@
 """The benchmark's own bookkeeping (bench/__main__.py, bench/load.py): no service involved."""
 
-import os
 import socket
-from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -10,6 +8,7 @@ import redis
 from bench.__main__ import combined
 from bench.stack import ensure_port_free, flush_redis
 from bench.load import percentiles
+from tests.redis_server import RedisServer
 
 
 def _run(latencies, elapsed, statuses, started_at):
@@ -50,10 +49,17 @@ def test_a_port_something_listens_on_stops_the_benchmark():
     ensure_port_free(port)  # closed: free again
 
 
-def test_a_redis_database_another_client_uses_stops_the_benchmark_and_is_left_as_it_was():
-    # A Celery worker left from another run would take the scenarios' messages. Db 15 of the
-    # tests' Redis: no other test uses it.
-    url = urlsplit(os.environ.get("AGP_REDIS_TEST_URL", "redis://127.0.0.1:6379/0"))._replace(path="/15").geturl()
+@pytest.fixture
+def own_redis(tmp_path):
+    """A redis-server of this test's own: the benchmark empties the database it is given."""
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def test_a_redis_database_another_client_uses_stops_the_benchmark_and_is_left_as_it_was(own_redis):
+    # A Celery worker left from another run would take the scenarios' messages.
+    url = own_redis.url(0)
     other = redis.Redis.from_url(url)
     try:
         other.set("left-by-another-run", "1")

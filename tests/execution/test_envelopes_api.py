@@ -319,9 +319,9 @@ def test_it_answers_503_and_stores_nothing_when_the_broker_is_unreachable(api, b
     assert not LedgerEvent.objects.filter(resource_id=body["action_id"]).exists()
 
 
-def test_it_accepts_when_the_redis_broker_answers(api, broker_url):
+def test_it_accepts_when_the_redis_broker_answers(api, broker_url, redis_url):
     world = make_world()
-    broker_url("redis://127.0.0.1:6379/3")
+    broker_url(redis_url)
     response = api.post(URL, world.envelope_request(), format="json", HTTP_PREFER="respond-async")
     assert response.status_code == 202
     assert Operation.objects.count() == 1

@@ -280,7 +280,9 @@ def test_it_ledgers_the_envelope_becoming_executed_with_the_operation(api, db):
     assert ActionEnvelope.objects.get(action_id=action_id).status == "executed"
     event = LedgerEvent.objects.filter(resource_id=action_id).order_by("sequence").last()
     assert (event.event_type, event.resource_type) == ("envelope.executed", "ActionEnvelope")
-    assert event.payload == {"from": "accepted", "to": "executed", "operation_id": operation_id}
+    assert event.payload == {"from": "accepted", "to": "executed", "operation_id": operation_id,
+                             "task_id": event.task_id, "action_id": action_id}
+    assert event.task_id == ActionEnvelope.objects.get(action_id=action_id).task_id
 
 
 def test_it_ledgers_the_envelope_failing_when_a_prerequisite_breaks(api, db):
@@ -296,7 +298,8 @@ def test_it_ledgers_the_envelope_failing_when_a_prerequisite_breaks(api, db):
     assert ActionEnvelope.objects.get(action_id=action_id).status == "failed"
     event = LedgerEvent.objects.filter(resource_id=action_id).order_by("sequence").last()
     assert (event.event_type, event.payload) == (
-        "envelope.failed", {"from": "accepted", "to": "failed", "operation_id": operation_id})
+        "envelope.failed", {"from": "accepted", "to": "failed", "operation_id": operation_id,
+                            "task_id": ActionEnvelope.objects.get(action_id=action_id).task_id, "action_id": action_id})
 
 
 def test_it_answers_a_receipt_id_that_lost_the_race_with_409_and_rolls_back(api, db):

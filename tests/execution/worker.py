@@ -1,11 +1,9 @@
 """A real Celery worker for tests: ``celery -A agp_project worker`` in a subprocess, not eager mode.
 
 The worker runs against the test database (its name from
-``connection.settings_dict["NAME"]``, passed as ``AGP_DATABASE_URL``) and a Redis broker
-(``AGP_TEST_BROKER_URL``, else ``AGP_REDIS_TEST_URL`` as CI sets it, else
-``redis://127.0.0.1:6379/3``). Each test session gets a queue of its own
-(``AGP_CELERY_QUEUE``), so two sessions sharing the Redis database never take each other's
-messages, and the session deletes its queue when it ends. The test process publishes to
+``connection.settings_dict["NAME"]``, passed as ``AGP_DATABASE_URL``) and a Redis broker in
+the tests' own Redis database (the ``redis_url`` fixture, tests/redis_server.py). Each test
+session gets a queue of its own (``AGP_CELERY_QUEUE``) and deletes its keys when it ends. The test process publishes to
 the same broker and queue: ``test_broker`` points the Celery app at them for the session.
 
 Fixtures (import them into a test module):
@@ -44,9 +42,6 @@ from django.db import connection
 from agp_project.signing import get_signer
 
 REPO = Path(__file__).resolve().parents[2]
-# CI exports AGP_REDIS_TEST_URL; locally db 3 is execution's.
-BROKER_URL = (os.environ.get("AGP_TEST_BROKER_URL") or os.environ.get("AGP_REDIS_TEST_URL")
-              or "redis://127.0.0.1:6379/3")
 READY_TIMEOUT = 60
 BASE_URL = "http://testserver"
 
@@ -104,7 +99,7 @@ def _point_app_at(*, url: str, queue: str) -> None:
 _SESSION_BROKER: TestBroker | None = None
 
 
-def session_broker() -> TestBroker:
+def session_broker(url: str) -> TestBroker:
     """The one broker and queue of this test session (created on first use).
 
     A fixture imported into several test modules is a separate fixture in each, so the
@@ -112,22 +107,22 @@ def session_broker() -> TestBroker:
     """
     global _SESSION_BROKER
     if _SESSION_BROKER is None:
-        redis.Redis.from_url(BROKER_URL).ping()
-        broker = TestBroker(url=BROKER_URL, queue=f"agp-test-{uuid.uuid4().hex[:12]}")
+        redis.Redis.from_url(url).ping()
+        broker = TestBroker(url=url, queue=f"agp-test-{uuid.uuid4().hex[:12]}")
         _point_app_at(url=broker.url, queue=broker.queue)
         _SESSION_BROKER = broker
     return _SESSION_BROKER
 
 
 @pytest.fixture(scope="session")
-def test_broker():
-    broker = session_broker()
+def test_broker(redis_url):
+    broker = session_broker(redis_url)
     yield broker
-    # Idempotent: whichever copy of the fixture ends first removes the session's queue.
-    client = redis.Redis.from_url(broker.url)
-    for key in client.scan_iter(match=f"{broker.queue}*"):
-        client.delete(key)
-    client.close()
+    # Idempotent: whichever copy of the fixture ends first removes the session's queue and
+    # its bindings (the keys kombu names after it).
+    with redis.Redis.from_url(broker.url) as client:
+        for key in client.scan_iter(match=f"*{broker.queue}*"):
+            client.delete(key)
 
 
 class WorkerProcess:

@@ -1,4 +1,4 @@
-"""Fixtures of the platform tests: real gunicorn servers, Redis, envelope checks."""
+"""Fixtures of the platform tests: real gunicorn servers, envelope checks."""
 
 import contextlib
 import os
@@ -56,12 +56,6 @@ def assert_envelope(response, status: int, code: str, *, retryable: bool | None 
     if retryable is not None:
         assert error["retryable"] is retryable
     return error
-
-
-@pytest.fixture
-def redis_test_url():
-    """The Redis the tests may use (CI exports AGP_REDIS_TEST_URL; locally db 5 is platform's)."""
-    return os.environ.get("AGP_REDIS_TEST_URL", "redis://127.0.0.1:6379/5")
 
 
 class Server:

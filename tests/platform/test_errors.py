@@ -141,7 +141,7 @@ def test_it_keeps_health_and_the_openapi_document_open_when_authentication_is_on
 
 # --- 404 / 405 -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path", ["/agp/nothing-here", "/agp/ledger-events/", "/agp/ledger-events/abc", "/agp/"])
+@pytest.mark.parametrize("path", ["/agp/nothing-here", "/agp/ledger-events/", "/agp/ledger-events/abc", "/agp/docs/"])
 def test_it_answers_unknown_paths_with_the_envelope(api, path):
     error = assert_envelope(api.get(path), 404, "AGP_NOT_FOUND", retryable=False)
     assert error["details"] == {}

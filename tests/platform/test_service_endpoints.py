@@ -27,8 +27,8 @@ def test_readyz_is_ready_on_the_embedded_defaults(api, settings):
 
 
 @pytest.mark.django_db
-def test_readyz_is_ready_with_a_redis_broker_that_answers(api, settings, redis_test_url):
-    settings.CELERY_BROKER_URL = redis_test_url
+def test_readyz_is_ready_with_a_redis_broker_that_answers(api, settings, redis_url):
+    settings.CELERY_BROKER_URL = redis_url
     response = api.get("/readyz")
     assert response.status_code == 200, response.content
     assert response.json()["checks"] == {"database": True, "broker": True}
@@ -106,3 +106,61 @@ def test_bootstrap_says_when_authentication_is_off(settings, tmp_path, capsys):
     settings.AGP_SIGNING_KEY_FILE = tmp_path / "signing-key.pem"
     call_command("bootstrap")
     assert "authentication is off" in capsys.readouterr().out
+
+
+def test_healthz_names_the_instance_it_was_started_as(api, settings):
+    settings.AGP_INSTANCE_ID = "f00d"
+    response = api.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "instance": "f00d"}
+
+
+def test_the_openapi_document_is_generated_without_a_warning(tmp_path):
+    # A warning would be printed on the first /agp/openapi.json of every server process.
+    call_command("spectacular", "--fail-on-warn", "--file", str(tmp_path / "openapi.yaml"))
+    assert "/agp/action-envelopes" in (tmp_path / "openapi.yaml").read_text()
+
+
+# --- /agp/: the index of the API, and its documentation ---------------------------------------------------
+@pytest.mark.django_db
+def test_the_api_index_links_every_group_the_openapi_document_and_the_docs(api, auth_settings):
+    # Open with authentication on, as the OpenAPI document is; the links are absolute.
+    response = api.get("/agp/")
+    assert response.status_code == 200, response.content
+    index = response.json()
+    assert (index["openapi"], index["docs"]) == ("http://testserver/agp/openapi.json", "http://testserver/agp/docs")
+    groups = {group["name"]: group for group in index["groups"]}
+    assert list(groups) == ["registry", "decision", "execution"]
+    assert groups["registry"]["collections"]["delegations"] == "http://testserver/agp/delegations"
+    assert "http://testserver/agp/operations/{operation_id}" in groups["execution"]["paths"]
+    collections = {name for group in groups.values() for name in group["collections"]}
+    assert {"policy-sets", "tasks", "decisions", "commerce-sessions", "action-envelopes", "ledger-events"} <= collections
+
+    # Every collection it names is one: each lists (authentication off again).
+    auth_settings.AGP_AUTH_SECRET = None
+    for group in groups.values():
+        for name, url in group["collections"].items():
+            listed = api.get(url.removeprefix("http://testserver"))
+            assert listed.status_code == 200, (name, listed.content)
+            assert set(listed.json()) == {"items", "next_cursor"}
+    assert api.get("/agp/openapi.json").status_code == 200
+
+
+def test_the_api_index_answers_other_methods_with_the_error_envelope(api):
+    response = api.post("/agp/", {}, format="json")
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "AGP_METHOD_NOT_ALLOWED"
+
+
+def test_the_docs_render_the_openapi_document_with_a_script_served_from_here(api, auth_settings):
+    response = api.get("/agp/docs", HTTP_ACCEPT="text/html")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/html")
+    assert response["Content-Security-Policy"].startswith("default-src 'none'; script-src 'self';")
+    page = response.content.decode()
+    assert '<redoc spec-url="/agp/openapi.json"></redoc>' in page
+    script = page.split('<script src="', 1)[1].split('"', 1)[0]
+    assert script.startswith("/static/")
+    served = api.get(script)
+    assert served.status_code == 200
+    assert b"Redoc" in b"".join(served.streaming_content)

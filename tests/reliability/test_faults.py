@@ -13,24 +13,22 @@ that is down: tests/execution/test_callbacks.py and test_dead_receiver.py here.
 Needs PostgreSQL (the server and this test share the test database).
 """
 
-import shutil
-import subprocess
 import threading
 import time
 import uuid
 
 import pytest
-import redis
 import requests
 from django.db import connection
 
 from core.models import LedgerEvent
 from execution.models import ActionEnvelope, Operation, OutboxMessage
 from registry.models import Task
-from tests.agp_client.server import LiveServer, database_url, free_port
+from tests.agp_client.server import LiveServer, database_url
 from tests.concurrency import pg_connect
 from tests.conftest import AUTH_SECRET
 from tests.execution.factories import make_world
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.postgres
 
@@ -45,42 +43,9 @@ def wait_for(predicate, *, timeout=15.0, message="condition"):
     raise AssertionError(f"timed out waiting for {message}")
 
 
-class RedisServer:
-    """A redis-server of this test's own, on a spare port."""
-
-    def __init__(self, workdir):
-        self.port = free_port()
-        self.workdir = workdir
-        self.process = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> "RedisServer":
-        binary = shutil.which("redis-server")
-        assert binary, "redis-server is not installed"
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self._answers, message="redis-server to answer")
-        return self
-
-    def _answers(self) -> bool:
-        try:
-            return redis.Redis.from_url(self.url, socket_timeout=0.5).ping()
-        except redis.RedisError:
-            return False
-
-    def kill(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-
-
 @pytest.fixture
 def own_redis(tmp_path):
-    server = RedisServer(tmp_path).start()
+    server = RedisServer(tmp_path / "redis").start()
     yield server
     server.kill()
 
@@ -115,7 +80,7 @@ def nothing_stored_for(action_id: str) -> None:
 # --- Redis ------------------------------------------------------------------------------------------
 def test_it_answers_503_and_stores_nothing_when_its_redis_broker_dies(live, own_redis):
     start, session = live
-    server = start(AGP_BROKER_URL=own_redis.url, AGP_CELERY_QUEUE=f"fault-{uuid.uuid4().hex[:8]}")
+    server = start(AGP_BROKER_URL=own_redis.url(0), AGP_CELERY_QUEUE=f"fault-{uuid.uuid4().hex[:8]}")
     world = make_world()
     accepted = session.post(f"{server.url}/agp/action-envelopes", json=world.envelope_request(),
                             headers={"Prefer": "respond-async"}, timeout=30)

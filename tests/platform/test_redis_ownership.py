@@ -1,0 +1,80 @@
+"""A test run uses only the Redis database it owns (AGP_REDIS_TEST_URL) and leaves every
+database, its own included, as it found it (tests/redis_server.py)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import redis
+from django.conf import settings
+
+from tests.platform.conftest import ROOT
+from tests.redis_server import RedisServer
+
+OWNED = 3
+WRITES = ("set", "setex", "incr", "incrby", "lpush", "rpush", "sadd", "zadd", "hset")
+
+
+def someone_elses_data(client: redis.Redis, tag: str) -> None:
+    client.set(f"{tag}:string", "value")
+    client.set(f"{tag}:expiring", "value", ex=3600)
+    client.hset(f"{tag}:hash", mapping={"a": "1", "b": "2"})
+    client.rpush(f"{tag}:list", "x", "y", "z")
+    client.sadd(f"{tag}:set", "m", "n")
+    client.zadd(f"{tag}:zset", {"p": 1.0, "q": 2.0})
+
+
+def snapshot(server: RedisServer) -> dict[int, dict[bytes, tuple]]:
+    """Every key of every database: its type, its serialised value, whether it expires."""
+    with redis.Redis.from_url(server.url(0)) as client:
+        databases = int(client.config_get("databases")["databases"])
+    found = {}
+    for db in range(databases):
+        with redis.Redis.from_url(server.url(db)) as client:
+            keys = {key: (client.type(key), client.dump(key), client.ttl(key) > 0) for key in client.scan_iter()}
+        if keys:
+            found[db] = keys
+    return found
+
+
+def writes(server: RedisServer) -> int:
+    with redis.Redis.from_url(server.url(0)) as client:
+        stats = client.info("commandstats")
+    return sum(stats.get(f"cmdstat_{command}", {}).get("calls", 0) for command in WRITES)
+
+
+def sub_run_database_url() -> str | None:
+    """A database of the sub-run's own on PostgreSQL (pytest-django creates ``test_<name>``)."""
+    url = os.environ.get("AGP_DATABASE_URL", "")
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" or not url:
+        return None
+    return re.sub(r"/([^/?]+)(\?|$)", lambda m: f"/{m.group(1)}_redis_sub_run{m.group(2)}", url, count=1)
+
+
+def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        for db, tag in ((0, "someone"), (9, "someone-else"), (OWNED, "already-there")):
+            with redis.Redis.from_url(server.url(db)) as client:
+                someone_elses_data(client, tag)
+        before, writes_before = snapshot(server), writes(server)
+
+        env = {key: value for key, value in os.environ.items() if key not in ("AGP_DATABASE_URL", "PYTEST_ADDOPTS")}
+        env["AGP_REDIS_TEST_URL"] = server.url(OWNED)
+        database_url = sub_run_database_url()
+        if database_url:
+            env["AGP_DATABASE_URL"] = database_url
+        # Every test that uses Redis (they are marked redis), in a run of their own.
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "redis", "-q", "-p", "no:cacheprovider",
+             f"--basetemp={tmp_path / 'sub-run'}"],
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+        summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+        assert int(re.search(r"(\d+) passed", summary).group(1)) >= 4, summary
+
+        assert writes(server) - writes_before > 0, "the run wrote nothing to Redis: it proves nothing"
+        assert snapshot(server) == before
+    finally:
+        server.stop()
