@@ -123,6 +123,16 @@ class ImpactAssessmentRequiredError(PrerequisiteFailedError):
     default_code = "AGP_IMPACT_ASSESSMENT_REQUIRED"
 
 
+class PolicyTestFailedError(AGPError):
+    """A policy set's own tests fail (``.failures``: each ``{name, expected, actual}``); nothing was stored."""
+
+    default_code = "AGP_POLICY_TEST_FAILED"
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        return list(self.details.get("failures") or [])
+
+
 class IdempotencyKeyMismatchError(AGPError):
     """422: the Idempotency-Key was used before with a different body."""
 
@@ -182,7 +192,7 @@ BY_CODE: dict[str, type[AGPError]] = {
     for cls in (ValidationError, PayloadTooLargeError, UnsupportedMediaTypeError, AuthenticationError, ScopeError,
                 NotFoundError, MethodNotAllowedError, ConflictError, DelegationScopeViolationError,
                 DelegationHopLimitError, InvalidTransitionError, IdempotencyInProgressError, PrerequisiteFailedError,
-                ImpactAssessmentRequiredError, IdempotencyKeyMismatchError, RateLimitedError, ServerError,
+                ImpactAssessmentRequiredError, PolicyTestFailedError, IdempotencyKeyMismatchError, RateLimitedError, ServerError,
                 UnavailableError, ExecutionFailedError, ToolChangedError)
 }
 

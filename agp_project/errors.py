@@ -132,6 +132,14 @@ class ImpactAssessmentRequired(AGPError):
     default_message = "An impact assessment is required before this decision is finalised."
 
 
+class PolicyTestFailed(AGPError):
+    """422: a policy set's own tests fail; ``details.failures`` lists each (CONTRACT C12)."""
+
+    status_code = 422
+    code = "AGP_POLICY_TEST_FAILED"
+    default_message = "The policy set's tests fail; nothing was stored."
+
+
 class IdempotencyKeyMismatch(AGPError):
     status_code = 422
     code = "AGP_IDEMPOTENCY_KEY_MISMATCH"

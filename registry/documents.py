@@ -74,6 +74,8 @@ def policy_set_document(policy_set: PolicySet) -> dict[str, Any]:
         "effective_from": _iso_or_none(policy_set.effective_from),
         "expires_at": _iso_or_none(policy_set.expires_at),
         "supersedes": policy_set.supersedes,
+        "tests": list(policy_set.tests),
+        "test_summary": policy_set.test_summary,
         "signature": policy_set.signature or None,
         "created_at": iso(policy_set.created_at),
     }

@@ -138,6 +138,10 @@ class PolicySet(ConcurrentTransitionMixin, models.Model):
     effective_from = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     supersedes = models.CharField(max_length=128, null=True, blank=True)
+    # The set's own tests (``{"name", "input", "expect"}``), run before it was stored, and their
+    # summary; both covered by the signature (CONTRACT C12).
+    tests = models.JSONField(default=list, blank=True)
+    test_summary = models.JSONField(null=True, blank=True)
     signature = models.JSONField(default=dict)
     created_at = models.DateTimeField()
 

@@ -103,6 +103,27 @@ class DelegationChainSerializer(StrictSerializer):
 
 
 # --- policy sets --------------------------------------------------------------------------
+class PolicyTestExpectSerializer(StrictSerializer):
+    allow = serializers.BooleanField()
+    require_approval = serializers.BooleanField(required=False)
+    deny = serializers.ListField(child=serializers.CharField(max_length=2000), required=False, max_length=100,
+                                 help_text="The deny reasons expected, in any order.")
+
+
+class PolicyTestSerializer(StrictSerializer):
+    """One test of a policy set: the Rego ``input`` (``input.action`` included, if the rules read
+    it) and what the set must answer."""
+
+    name = serializers.CharField(max_length=256)
+    input = serializers.DictField()
+    expect = PolicyTestExpectSerializer()
+
+
+class PolicyTestSummarySerializer(serializers.Serializer):
+    passed = serializers.IntegerField()
+    failed = serializers.IntegerField()
+
+
 class PolicySetSerializer(StrictSerializer):
     """A versioned Rego ``ruleset`` with its verified ``ruleset_hash``; created ``active`` (C6)."""
 
@@ -128,8 +149,17 @@ class PolicySetSerializer(StrictSerializer):
     effective_from = serializers.DateTimeField(required=False, allow_null=True)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     supersedes = IdField(required=False, allow_null=True)
+    tests = PolicyTestSerializer(many=True, required=False, min_length=1, max_length=500, help_text=(
+        "Tests run before the set is stored: any failure is a 422 AGP_POLICY_TEST_FAILED and nothing is stored."))
+    test_summary = PolicyTestSummarySerializer(read_only=True, allow_null=True)
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+
+    def validate_tests(self, value):
+        names = [test["name"] for test in value]
+        if len(set(names)) != len(names):
+            raise serializers.ValidationError("Test names must not repeat.")
+        return value
 
     def validate_status(self, value):
         if value != PolicySetStatus.ACTIVE:

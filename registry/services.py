@@ -36,6 +36,7 @@ from agp_project.mcp_client import MCPFailure
 from agp_project.net import url_guard_registration
 from agp_project.signing import sign_resource
 from agp_project.timeutil import not_in_future
+from core import engine
 from core.ledger import ledger_append
 
 from . import selectors
@@ -291,6 +292,27 @@ def _policy_set_sign(policy_set: PolicySet) -> None:
     policy_set.signature = sign_resource(policy_set_document(policy_set))
 
 
+def _policy_tests_run(*, ruleset: str, ruleset_hash: str, tests: list[dict[str, Any]]) -> dict[str, int]:
+    """Run a set's tests; their summary, or 422 naming every failure."""
+    failures = []
+    for test in tests:
+        expected = dict(test["expect"])
+        outcome = engine.evaluate(ruleset=ruleset, ruleset_hash=ruleset_hash, input=test["input"])
+        deny = [reason for reason in outcome.reasons if reason not in outcome.errors]
+        actual = {"allow": outcome.allow, "require_approval": outcome.require_approval, "deny": deny}
+        if outcome.errors:
+            actual["errors"] = list(outcome.errors)
+        if (expected["allow"] != outcome.allow
+                or ("require_approval" in expected and expected["require_approval"] != outcome.require_approval)
+                or ("deny" in expected and sorted(expected["deny"]) != sorted(deny))):
+            failures.append({"name": test["name"], "expected": expected, "actual": actual})
+    if failures:
+        raise errors.PolicyTestFailed(
+            f"{len(failures)} of {len(tests)} policy tests failed: {', '.join(f['name'] for f in failures)}.",
+            details={"failures": failures})
+    return {"passed": len(tests), "failed": 0}
+
+
 def policy_set_create(
     *,
     actor: str,
@@ -311,13 +333,24 @@ def policy_set_create(
     effective_from: datetime | None = None,
     expires_at: datetime | None = None,
     supersedes: str | None = None,
+    tests: list[dict[str, Any]] | None = None,
     created_at: datetime | None = None,
 ) -> PolicySet:
-    """Store a Rego ruleset with its verified hash, ``active`` and signed (CONTRACT C6)."""
+    """Store a Rego ruleset with its verified hash, ``active`` and signed (CONTRACT C6, C12).
+
+    The ruleset must compile (OPA 1.0 syntax) and define ``allow`` (else 400, the engine's
+    message in ``details.ruleset``), and pass its own ``tests`` (else 422
+    ``AGP_POLICY_TEST_FAILED``): nothing is stored otherwise.
+    """
     now = timezone.now()
     computed = bytes_hash(ruleset.encode("utf-8"))
     if ruleset_hash is not None and ruleset_hash != computed:
         raise errors.invalid_fields({"ruleset_hash": [f"Does not match the ruleset: its hash is {computed}."]})
+    problem = engine.ruleset_problem(ruleset=ruleset)
+    if problem is not None:
+        raise errors.invalid_fields({"ruleset": [problem]}, "The ruleset cannot be registered.")
+    tests = [dict(test) for test in tests or []]
+    test_summary = _policy_tests_run(ruleset=ruleset, ruleset_hash=computed, tests=tests) if tests else None
     _future(expires_at, field="expires_at", now=now)
     if effective_from is not None and expires_at is not None and expires_at <= effective_from:
         raise errors.invalid_fields({"expires_at": ["Must be later than effective_from."]})
@@ -335,7 +368,7 @@ def policy_set_create(
         ruleset=ruleset, ruleset_hash=computed, ruleset_engine=ruleset_engine,
         ruleset_engine_version=ruleset_engine_version, ruleset_uri=ruleset_uri,
         certifying_body=certifying_body, status=status, effective_from=effective_from, expires_at=expires_at,
-        supersedes=supersedes, created_at=created_at,
+        supersedes=supersedes, tests=tests, test_summary=test_summary, created_at=created_at,
         **({"attestation_level": attestation_level} if attestation_level else {}))
     _policy_set_sign(policy_set)
     with transaction.atomic():

@@ -17,7 +17,18 @@ from django.conf import settings
 from . import opa, regorus_engine
 from .result import EvaluationResult
 
-__all__ = ["EvaluationResult", "evaluate", "cache_clear", "cache_stats"]
+__all__ = ["EvaluationResult", "evaluate", "ruleset_problem", "cache_clear", "cache_stats"]
+
+
+def ruleset_problem(*, ruleset: str) -> str | None:
+    """Why ``ruleset`` cannot be registered, or None: it does not parse as OPA 1.0 Rego (the
+    engine's message names the line and column), or its package defines no ``allow`` rule."""
+    compiled = regorus_engine.cache.get(ruleset=ruleset, ruleset_hash=regorus_engine.ruleset_digest(ruleset))
+    if compiled.error is not None:
+        return compiled.error
+    if "allow" not in compiled.defined:
+        return f"policy compile error: package {compiled.package.removeprefix('data.')} defines no allow rule"
+    return None
 
 def evaluate(*, ruleset: str, ruleset_hash: str, input: dict[str, Any], use_cache: bool = True) -> EvaluationResult:
     """Evaluate ``ruleset`` (whose C6 hash is ``ruleset_hash``) for the Rego ``input``.

@@ -82,7 +82,7 @@ def test_it_resolves_with_each_outcome(api, outcome):
     escalation.refresh_from_db()
     assert (escalation.status, escalation.outcome, escalation.resolved_by) == ("resolved", outcome, "ombudsman")
     event = LedgerEvent.objects.get(resource_id=escalation.escalation_id, event_type="escalation.resolved")
-    assert event.payload == {"outcome": outcome, "resolved_by": "ombudsman"}
+    assert event.payload == {"outcome": outcome, "resolved_by": "ombudsman", "task_id": event.task_id, "action_id": None}
 
 
 @pytest.mark.parametrize("first", OUTCOMES)

@@ -56,12 +56,16 @@ def test_it_creates_an_active_signed_policy_set_with_its_ruleset_hash(api):
         == ruleset_hash(f.RULESET)
 
 
+MINIMAL = "package x\n\ndefault allow := false\n"
+
+
 def test_it_computes_the_hash_when_the_client_omits_it(api):
-    response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": "package x\n"}, format="json")
+    response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": MINIMAL}, format="json")
     assert response.status_code == 201
-    assert response.json()["ruleset_hash"] == ruleset_hash("package x\n")
+    assert response.json()["ruleset_hash"] == ruleset_hash(MINIMAL)
     assert response.json()["ruleset_engine"] == "opa"
-    assert PolicySet.objects.get().ruleset_hash == ruleset_hash("package x\n")
+    assert response.json()["tests"] == [] and response.json()["test_summary"] is None
+    assert PolicySet.objects.get().ruleset_hash == ruleset_hash(MINIMAL)
 
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -187,3 +191,87 @@ def test_it_needs_the_registry_write_scope_to_patch(api, make_token):
     assert_error(api.patch(f"/agp/policy-sets/{policy_set.policy_set_id}", {"status": "deprecated"},
                            format="json"), 403, "AGP_INSUFFICIENT_SCOPE")
     assert PolicySet.objects.get(pk=policy_set.pk).status == "active"
+
+
+# --- rulesets are checked when they are registered (CONTRACT C12) ---------------------------------------
+@pytest.mark.parametrize(("ruleset", "position", "says"), [
+    ("package x\n\nallow if { input.a == 1\n", "policy.rego:4:", "expecting `}`"),
+    ("package x\n\nallow { input.a == 1 }\n", "policy.rego:3:7", "`if` keyword is required"),
+    ("package x\n\ndeny[msg] { msg := \"no\" }\n", "policy.rego:3:", "`if` keyword is required"),
+], ids=["syntax error", "OPA 0.x rule", "OPA 0.x partial set"])
+def test_a_ruleset_that_does_not_compile_is_a_400_with_line_and_column(api, ruleset, position, says):
+    response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": ruleset}, format="json")
+    error = assert_error(response, 400, "AGP_INVALID_REQUEST")
+    [message] = error["details"]["fields"]["ruleset"]
+    assert position in message and says in message, message
+    assert not PolicySet.objects.exists() and not LedgerEvent.objects.exists()
+
+
+def test_a_ruleset_without_an_allow_rule_is_a_400(api):
+    ruleset = 'package x\n\ndeny contains "never" if true\n'
+    response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": ruleset}, format="json")
+    error = assert_error(response, 400, "AGP_INVALID_REQUEST")
+    assert error["details"]["fields"]["ruleset"] == ["policy compile error: package x defines no allow rule"]
+    assert not PolicySet.objects.exists()
+
+
+EMAIL = """package mail
+
+default allow := false
+
+allow if {
+    input.action.operation == "send"
+    endswith(input.action.parameters.to, "@umbrella.example")
+}
+
+deny contains "external recipient" if not endswith(input.action.parameters.to, "@umbrella.example")
+"""
+
+
+def mail_test(name, to, allow, deny=None):
+    expect = {"allow": allow} | ({"deny": deny} if deny is not None else {})
+    return {"name": name, "input": {"action": {"tool_id": "mail", "operation": "send", "parameters": {"to": to}}},
+            "expect": expect}
+
+
+def test_a_set_whose_tests_pass_is_stored_with_them_and_their_summary_under_its_signature(api):
+    tests = [mail_test("internal", "alice@umbrella.example", True, []),
+             mail_test("external", "leak@evil.example", False, ["external recipient"])]
+    response = api.post("/agp/policy-sets", {"name": "mail", "version": "1", "ruleset": EMAIL, "tests": tests},
+                        format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["test_summary"] == {"passed": 2, "failed": 0}
+    assert body["tests"] == tests
+    assert verify_resource(body, {"keys": [get_signer().jwk()]})
+    assert not verify_resource({**body, "test_summary": {"passed": 3, "failed": 0}}, {"keys": [get_signer().jwk()]})
+    assert PolicySet.objects.get().tests == tests
+
+
+def test_a_set_whose_tests_fail_is_a_422_naming_every_failure_and_nothing_is_stored(api):
+    tests = [mail_test("internal", "alice@umbrella.example", True),
+             mail_test("external allowed by mistake", "leak@evil.example", True),
+             mail_test("wrong reason", "bob@evil.example", False, ["another reason"])]
+    response = api.post("/agp/policy-sets", {"name": "mail", "version": "1", "ruleset": EMAIL, "tests": tests},
+                        format="json")
+    error = assert_error(response, 422, "AGP_POLICY_TEST_FAILED")
+    assert error["details"]["failures"] == [
+        {"name": "external allowed by mistake", "expected": {"allow": True},
+         "actual": {"allow": False, "require_approval": False, "deny": ["external recipient"]}},
+        {"name": "wrong reason", "expected": {"allow": False, "deny": ["another reason"]},
+         "actual": {"allow": False, "require_approval": False, "deny": ["external recipient"]}},
+    ]
+    assert not PolicySet.objects.exists() and not LedgerEvent.objects.exists()
+
+
+@pytest.mark.parametrize(("tests", "field"), [
+    ([], "tests"),
+    ([{"name": "t", "input": {}, "expect": {"allow": True}}] * 2, "tests"),
+    ([{"name": "t", "input": {}, "expect": {"allow": True, "colour": "red"}}], "tests"),
+    ([{"name": "t", "input": {}}], "tests"),
+])
+def test_malformed_tests_are_a_400(api, tests, field):
+    response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": MINIMAL, "tests": tests},
+                        format="json")
+    error = assert_error(response, 400, "AGP_INVALID_REQUEST")
+    assert field in error["details"]["fields"]
