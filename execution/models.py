@@ -1,9 +1,11 @@
-"""Execution records: accepted envelopes, their operations, receipts, payments, callbacks."""
+"""Execution records: accepted envelopes, their operations, receipts, payments, callbacks.
+
+The outbox of tasks to publish after commit is core's (``core.models.OutboxMessage``)."""
 
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
-from .choices import CallbackStatus, EnvelopeStatus, OperationStatus, OutboxStatus, PaymentStatus, ReceiptStatus
+from .choices import CallbackStatus, EnvelopeStatus, OperationStatus, PaymentStatus, ReceiptStatus
 
 
 class ActionEnvelope(models.Model):
@@ -113,22 +115,6 @@ class Payment(models.Model):
     status = models.CharField(max_length=16, choices=PaymentStatus.choices, default=PaymentStatus.RESERVED)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
-
-
-class OutboxMessage(models.Model):
-    """A task to publish, written in the transaction that makes it due.
-
-    Publishing happens after commit; a periodic sweep re-publishes what a crash between
-    commit and publish left behind, so nothing accepted is ever lost.
-    """
-
-    task_name = models.CharField(max_length=128)
-    args = models.JSONField(default=list)
-    status = models.CharField(max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING,
-                              db_index=True)
-    attempts = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField()
-    published_at = models.DateTimeField(null=True, blank=True)
 
 
 class CallbackAttempt(models.Model):

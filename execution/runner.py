@@ -43,6 +43,7 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append, ledger_batch
+from core.outbox import outbox_enqueue
 
 from .budgets import payment_commit, payment_release
 from .checks import envelope_recheck
@@ -57,7 +58,6 @@ from .choices import (
 )
 from .connectors import Call, ExecutionFailed, connector_for
 from .models import ActionEnvelope, Operation, Receipt
-from .outbox import outbox_enqueue
 from .serializers_envelopes import envelope_document
 from .serializers_operations import ReceiptSerializer
 

@@ -28,12 +28,12 @@ from agp_project.ids import new_id
 from agp_project.signing import get_signer, sign_resource
 from agp_project.timeutil import iso
 from core.ledger import ledger_append, ledger_batch, ledger_record
+from core.outbox import outbox_enqueue
 
 from .budgets import BudgetExhausted, payment_reserve
 from .checks import CHECK_NAMES, CheckReport, EnvelopeInputs, envelope_checks
 from .choices import EXECUTE_TASK
 from .models import ActionEnvelope, Operation
-from .outbox import outbox_enqueue
 from .serializers_envelopes import envelope_document
 
 BROKER_TIMEOUT_SECONDS = 1.0

@@ -20,7 +20,6 @@ from agp_project.errors import AGPError
 
 from .callbacks import callback_deliver, callbacks_recover
 from .choices import CALLBACK_TASK, EXECUTE_TASK
-from .outbox import outbox_sweep as _outbox_sweep
 from .runner import operation_execute, operations_recover
 
 logger = logging.getLogger(__name__)
@@ -53,12 +52,6 @@ def deliver_callback(self, operation_id: str) -> str:
         # A new message with a countdown: the worker slot is free while the receiver recovers.
         raise self.retry(countdown=outcome.retry_in, max_retries=None)
     return outcome.outcome
-
-
-@shared_task(name="agp.outbox_sweep")
-def outbox_sweep() -> int:
-    """Publish outbox messages a crash between commit and publish left behind."""
-    return _outbox_sweep()
 
 
 @shared_task(name="agp.recover_operations")

@@ -17,9 +17,9 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from auth_tokens.models import Client
 from core.ledger import ledger_append
-from core.models import IdempotencyRecord, LedgerEvent, LedgerHead
+from core.models import IdempotencyRecord, LedgerEvent, LedgerHead, OutboxMessage
 from decision.models import Approval, Context, Escalation, EvidenceBundle
-from execution.models import ActionEnvelope, CallbackAttempt, Operation, OutboxMessage, Payment, Receipt
+from execution.models import ActionEnvelope, CallbackAttempt, Operation, Payment, Receipt
 from registry.models import Revocation
 from tests.execution.factories import World, make_delegation, make_full_world
 

@@ -10,10 +10,10 @@ from django.db.models import F, Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from core.models import LedgerEvent
+from core.models import LedgerEvent, OutboxMessage
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from execution.checks import CHECK_NAMES, EnvelopeInputs, envelope_checks, envelope_recheck, parameters_violations
-from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment
+from execution.models import ActionEnvelope, Operation, Payment
 from execution.services import envelope_inputs
 from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
 from tests.execution.factories import make_full_world, make_noise, make_world

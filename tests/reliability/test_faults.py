@@ -24,8 +24,8 @@ import redis
 import requests
 from django.db import connection
 
-from core.models import LedgerEvent
-from execution.models import ActionEnvelope, Operation, OutboxMessage
+from core.models import LedgerEvent, OutboxMessage
+from execution.models import ActionEnvelope, Operation
 from registry.models import Task
 from tests.agp_client.server import LiveServer, database_url, free_port
 from tests.concurrency import pg_connect
