@@ -13,6 +13,7 @@ from typing import Any
 
 import rfc8785
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, can_proceed
 
@@ -24,7 +25,8 @@ from agp_project.timeutil import iso, not_in_future
 from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
-from registry.selectors import delegation_chain_problem
+from registry.selectors import delegation_chain_problem, freezes_matching
+from registry.services import refuse_frozen
 
 from . import engine
 from .choices import DecisionOutcome, DecisionStatus, EscalationStatus, EthicalFramework, Recommendation
@@ -127,7 +129,9 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
 
     A revoked set is refused (422); a deprecated, expired or not yet effective one is
     evaluated with a warning. The engine never raises: a ruleset that fails to compile or
-    to evaluate is recorded as ``allow: false`` with the error among the reasons.
+    to evaluate is recorded as ``allow: false`` with the error among the reasons. An
+    active freeze of the agent or of the task's root principal refuses it (409
+    ``AGP_FROZEN``, C13); whether one exists is read with the task, in the same query.
 
     The set is read once, before the engine runs. A revocation that commits while the
     evaluation runs may be ordered before it in the ledger; the evaluation still clears
@@ -138,10 +142,15 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     missing = {}
     if policy_set is None:
         missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
-    if not Task.objects.filter(task_id=task_id).exists():
+    task = (Task.objects.filter(task_id=task_id)
+            .annotate(frozen=Exists(freezes_matching(agent_id=agent_id, root_principal=OuterRef("root_principal"))))
+            .values("root_principal", "frozen").first())
+    if task is None:
         missing["task_id"] = [f"No task with id {task_id!r}."]
     if missing:
         raise errors.invalid_fields(missing)
+    if task["frozen"]:
+        refuse_frozen(acting="a policy evaluation", agent_id=agent_id, root_principal=task["root_principal"])
     if policy_set.status == PolicySetStatus.REVOKED:
         raise errors.PrerequisiteFailed(
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",

@@ -56,6 +56,8 @@ class EvidenceBundleViewSet(DecisionGroupViewSet):
 
 
 @documented(PolicyEvaluationSerializer, create={
+    409: "AGP_CONFLICT: the id already exists; AGP_FROZEN: an active freeze stops the agent or the task's root "
+         "principal (`details.freezes`).",
     422: "AGP_PREREQUISITE_FAILED: the policy set is revoked (check `policy_set_not_revoked`)."})
 class PolicyEvaluationViewSet(DecisionGroupViewSet):
     """Rego evaluations of a policy set's ruleset for a task (refused for revoked sets)."""

@@ -45,7 +45,8 @@ class ActionEnvelope(models.Model):
 
 
 class Operation(ConcurrentTransitionMixin, models.Model):
-    """The asynchronous execution of one envelope: pending -> running -> succeeded | failed."""
+    """The asynchronous execution of one envelope: pending -> running -> succeeded | failed,
+    or -> cancelled (by the client while pending, by a freeze before its connector call)."""
 
     operation_id = models.CharField(max_length=128, unique=True)
     envelope = models.OneToOneField(ActionEnvelope, on_delete=models.PROTECT, related_name="async_operation",
@@ -84,7 +85,13 @@ class Operation(ConcurrentTransitionMixin, models.Model):
 
     @transition(field=status, source=OperationStatus.PENDING, target=OperationStatus.CANCELLED)
     def cancel(self):
-        """pending -> cancelled."""
+        """pending -> cancelled (the client's PATCH)."""
+
+    @transition(field=status, source=[OperationStatus.PENDING, OperationStatus.RUNNING],
+                target=OperationStatus.CANCELLED)
+    def halt(self):
+        """pending|running -> cancelled by a freeze (C13), before the connector call: a pending
+        operation, or an ``external`` one waiting for its receipt (``execution.freezes``)."""
 
 
 class Receipt(models.Model):

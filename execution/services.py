@@ -1,6 +1,6 @@
 """Submitting action envelopes (CONTRACT C8): validate only, or validate and accept.
 
-Both paths run all ten checks (``execution.checks``). A rejection is recorded in the
+Both paths run all eleven checks (``execution.checks``). A rejection is recorded in the
 ledger (``envelope.rejected``) in its own committed transaction and only then raised as
 ``PrerequisiteFailed``: the error handler does not roll back 4xx responses, and the
 idempotency middleware commits the request transaction for them, so the record of the

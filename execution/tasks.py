@@ -17,9 +17,11 @@ from celery.signals import task_postrun, task_prerun, worker_process_init, worke
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from agp_project.errors import AGPError
+from registry.choices import FREEZE_TASK
 
 from .callbacks import callback_deliver, callbacks_recover
 from .choices import CALLBACK_TASK, EXECUTE_TASK
+from .freezes import freezes_enforce
 from .runner import operation_execute, operations_recover
 
 logger = logging.getLogger(__name__)
@@ -54,11 +56,19 @@ def deliver_callback(self, operation_id: str) -> str:
     return outcome.outcome
 
 
+@shared_task(name=FREEZE_TASK, autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=10,
+             max_retries=None)
+def enforce_freeze(freeze_id: str) -> int:
+    """Cancel the operations a new freeze stops that were not yet passed to their connector (C13)."""
+    return freezes_enforce(freeze_id=freeze_id)
+
+
 @shared_task(name="agp.recover_operations")
 def recover_operations() -> int:
     """Re-enqueue pending operations whose message was lost, running ones whose worker died,
-    and callback deliveries whose retry message was lost."""
-    return operations_recover() + callbacks_recover()
+    and callback deliveries whose retry message was lost; cancel what an active freeze
+    stops, should the freeze's own task have been lost."""
+    return operations_recover() + callbacks_recover() + freezes_enforce()
 
 
 @worker_process_init.connect

@@ -23,6 +23,8 @@ from .choices import (
     ActiveStatus,
     AttestationLevel,
     Connector,
+    FreezeStatus,
+    FreezeTarget,
     PolicySetStatus,
     RegulatoryFramework,
     RevocationTarget,
@@ -369,3 +371,55 @@ class RevocationSerializer(StrictSerializer):
     revoked_at = serializers.DateTimeField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
 
+
+
+# --- freezes ------------------------------------------------------------------------------
+class FreezeSerializer(StrictSerializer):
+    """An emergency stop of an agent, a root principal, a tool, or everything (C13).
+
+    ``target_id`` is the agent, principal or tool id; absent (rendered null) for ``all``.
+    The signature covers the freeze as rendered: issued at creation, issued again on lifting.
+    """
+
+    type_name = "Freeze"
+
+    freeze_id = IdField(required=False)
+    target_type = serializers.ChoiceField(choices=FreezeTarget.choices)
+    target_id = AgentField(required=False, allow_null=True,
+                           help_text="The agent, root principal or tool id; absent for `all`.")
+    reason = serializers.CharField(max_length=4096)
+    frozen_by = serializers.CharField(max_length=128, required=False,
+                                      help_text="Defaults to the calling client.")
+    status = serializers.ChoiceField(choices=FreezeStatus.choices, read_only=True)
+    lifted_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    lifted_by = serializers.CharField(read_only=True, allow_null=True)
+    signature = SignatureSerializer(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+    def validate(self, attrs):
+        target_type, target_id = attrs["target_type"], attrs.get("target_id")
+        if target_type == FreezeTarget.ALL:
+            if target_id is not None:
+                raise serializers.ValidationError({"target_id": ["Must be absent when target_type is 'all'."]})
+        elif not target_id:
+            raise serializers.ValidationError({"target_id": [f"Required when target_type is {target_type!r}."]})
+        elif target_type == FreezeTarget.TOOL and not re.match(TOOL_PATTERN, target_id):
+            raise serializers.ValidationError({"target_id": [
+                "A tool id is 1-128 characters of letters, digits and . _ : / -."]})
+        return attrs
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # The model keeps "" for "none"; the resource says null.
+        for name in ("target_id", "lifted_by"):
+            data[name] = data[name] or None
+        return data
+
+
+class FreezeLiftSerializer(StrictSerializer):
+    """``PATCH /agp/freezes/{id}``: ``{"status": "lifted", "lifted_by"}`` (``lifted_by`` defaults to the client)."""
+
+    type_name = "Freeze"
+
+    status = serializers.ChoiceField(choices=FreezeStatus.choices)
+    lifted_by = serializers.CharField(max_length=128, required=False)
