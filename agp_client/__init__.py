@@ -14,6 +14,7 @@ from .errors import (  # noqa: E402
     DelegationHopLimitError,
     DelegationScopeViolationError,
     ExecutionFailedError,
+    FrozenError,
     IdempotencyInProgressError,
     IdempotencyKeyMismatchError,
     ImpactAssessmentRequiredError,
@@ -35,8 +36,8 @@ from .signatures import payload_hash, verify_signature  # noqa: E402
 
 __all__ = [
     "AGPClient", "AGPError", "AuthenticationError", "ConflictError", "DelegationHopLimitError",
-    "DelegationScopeViolationError", "ExecutionFailedError", "IdempotencyInProgressError", "IdempotencyKeyMismatchError",
-    "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError", "NotFoundError",
+    "DelegationScopeViolationError", "ExecutionFailedError", "FrozenError", "IdempotencyInProgressError",
+    "IdempotencyKeyMismatchError", "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError", "NotFoundError",
     "OperationTimeoutError", "PayloadTooLargeError", "PrerequisiteFailedError", "RateLimitedError", "ScopeError",
     "ServerError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError", "ValidationError",
     "payload_hash", "verify_signature",

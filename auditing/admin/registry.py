@@ -1,11 +1,13 @@
 """Admin for the registry: who may act for whom (delegations), with which tools, under which rules.
 
 Tasks, skills and liability bindings are plain records a superuser may correct (each
-write is ledgered); delegations, policy sets, capabilities and revocations are signed,
-state-machine or irreversible records, read-only for everyone (docs/decisions/admin.md).
+write is ledgered); delegations, policy sets, capabilities, revocations and freezes are
+signed, state-machine or irreversible records, read-only for everyone (docs/decisions/admin.md).
 """
 
 from django.contrib import admin
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils.html import format_html, format_html_join
 
 from core.admin_base import (
@@ -18,6 +20,7 @@ from core.admin_base import (
     id_link,
     pretty_json,
 )
+from core.models import LedgerEvent
 from decision.models import (
     Approval,
     CommerceSession,
@@ -29,7 +32,7 @@ from decision.models import (
     PolicyEvaluation,
 )
 from execution.models import ActionEnvelope, Operation, Receipt
-from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
+from registry.models import Capability, Delegation, Freeze, LiabilityBinding, PolicySet, Revocation, Skill, Task
 
 TASK_FILTER = id_filter("task", "task_id")
 AGENT_FILTER = id_filter("agent", "agent_id")
@@ -240,3 +243,52 @@ class RevocationAdmin(ReadOnlyModelAdmin):
         if model is None:
             return obj.target_id
         return id_link(model, field, obj.target_id)
+
+
+# Cancelled operations listed on a freeze's page.
+MAX_CANCELLED_SHOWN = 50
+
+
+@admin.register(Freeze)
+class FreezeAdmin(ReadOnlyModelAdmin):
+    """Emergency stops (C13): created and lifted only through the API or manage.py freeze / unfreeze."""
+
+    list_display = ("freeze_id", "target_type", "target", "status", "reason", "frozen_by", "created_at",
+                    "lifted_at", "lifted_by")
+    list_filter = (id_filter("target", "target_id"), "target_type", "status", "frozen_by", "created_at",
+                   "lifted_at")
+    search_fields = ("freeze_id", "target_id", "frozen_by", "lifted_by", "reason")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    linked_fields = ("ledger_trail", "operations_cancelled")
+    exclude = ("signature",)
+    readonly_fields = ("signature_pretty",)
+
+    @admin.display(description="target", ordering="target_id")
+    def target(self, obj):
+        if not obj.target_id:
+            return "everything"
+        if obj.target_type == "tool":
+            return id_link(Skill, "tool_id", obj.target_id)
+        return id_link(Task, obj.target_type if obj.target_type == "root_principal" else "agent_id", obj.target_id)
+
+    @admin.display(description="ledger")
+    def ledger_trail(self, obj):
+        return id_link(LedgerEvent, "resource_id", obj.freeze_id, "freeze.created and freeze.lifted events")
+
+    @admin.display(description="operations it cancelled")
+    def operations_cancelled(self, obj):
+        """From the ledger: each ``operation.cancelled`` event names the freezes that stopped it."""
+        events = list(LedgerEvent.objects.filter(event_type="operation.cancelled")
+                      .annotate(payload_text=Cast("payload", TextField()))
+                      .filter(payload_text__contains=f'"{obj.freeze_id}"')
+                      .order_by("sequence")[:MAX_CANCELLED_SHOWN])
+        if not events:
+            return "none"
+        return html_table(["operation", "stage", "ledger sequence", "recorded"], [
+            [id_link(Operation, "operation_id", event.resource_id), event.payload.get("stage", "-"), event.sequence,
+             event.recorded_at] for event in events])
+
+    @admin.display(description="signature")
+    def signature_pretty(self, obj):
+        return pretty_json(obj.signature)
