@@ -48,6 +48,11 @@ class PolicyEvaluation(models.Model):
     allowed = models.BooleanField(default=False)
     require_approval = models.BooleanField(default=False)
     warnings = models.JSONField(default=list)
+    # C14: the set's active shadows, evaluated with the same input: {shadow policy_set_id:
+    # {"allow", "matches"}}. Keyed by id so that the auditors' agreement rate of one shadow
+    # is a key lookup the database answers (PostgreSQL and SQLite alike); the API renders
+    # it as a list (decision/serializers.py).
+    shadow_results = models.JSONField(default=dict)
     evaluated_at = models.DateTimeField()
     created_at = models.DateTimeField()
 

@@ -96,6 +96,21 @@ class StringListField(serializers.JSONField):
     """A stored list of strings, rendered as it is."""
 
 
+class ShadowResultSerializer(serializers.Serializer):
+    policy_set_id = serializers.CharField()
+    allow = serializers.BooleanField()
+    matches = serializers.BooleanField(help_text="Whether the shadow's `allow` equals the evaluation's.")
+
+
+@extend_schema_field(ShadowResultSerializer(many=True))
+class ShadowResultsField(serializers.JSONField):
+    """The stored ``{policy_set_id: {"allow", "matches"}}`` as the list C14 names, ordered by id."""
+
+    def to_representation(self, value):
+        return [{"policy_set_id": policy_set_id, "allow": result["allow"], "matches": result["matches"]}
+                for policy_set_id, result in sorted((value or {}).items())]
+
+
 class PolicyEvaluationSerializer(StrictSerializer):
     type_name = "PolicyEvaluation"
 
@@ -108,6 +123,9 @@ class PolicyEvaluationSerializer(StrictSerializer):
     input_hash = serializers.CharField(read_only=True)
     ruleset_hash = serializers.CharField(read_only=True)
     warnings = StringListField(read_only=True)
+    shadow_results = ShadowResultsField(read_only=True, help_text=(
+        "The active shadows of the policy set, evaluated with the same input: what each would have decided. "
+        "They never change `result`."))
     evaluated_at = serializers.DateTimeField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import rfc8785
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, can_proceed
 
@@ -138,7 +138,11 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     nothing, since check 5 of an envelope refuses an evaluation whose set is revoked.
     """
     evaluation_id = evaluation_id or new_id("pev")
-    policy_set = PolicySet.objects.filter(policy_set_id=policy_set_id).first()
+    # The set and its active shadows (C14) in one query.
+    sets = list(PolicySet.objects.filter(Q(policy_set_id=policy_set_id)
+                                         | Q(shadow_of_id=policy_set_id, status=PolicySetStatus.ACTIVE))
+                .order_by("policy_set_id"))
+    policy_set = next((candidate for candidate in sets if candidate.policy_set_id == policy_set_id), None)
     missing = {}
     if policy_set is None:
         missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
@@ -159,18 +163,36 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     now = timezone.now()
     outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=input)
     result = outcome.as_result()
+    shadow_results = _shadows_evaluate([s for s in sets if s is not policy_set], input=input, allow=outcome.allow)
+    payload = {"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
+               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash, "result": result,
+               "engine": outcome.engine}
+    if shadow_results:
+        payload["shadow_results"] = shadow_results
     with _unique("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic():
         evaluation = PolicyEvaluation.objects.create(
             evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
             input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
             require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
-            evaluated_at=now, created_at=_created_at(created_at, now))
+            shadow_results=shadow_results, evaluated_at=now, created_at=_created_at(created_at, now))
         ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
-                      resource_id=evaluation_id, actor=actor,
-                      payload={"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
-                               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash, "result": result,
-                               "engine": outcome.engine})
+                      resource_id=evaluation_id, actor=actor, payload=payload)
     return evaluation
+
+
+def _shadows_evaluate(shadows: Sequence[PolicySet], *, input: dict[str, Any],
+                      allow: bool) -> dict[str, dict[str, bool]]:
+    """Each active shadow's verdict on the same input, and whether it agrees (C14).
+
+    Through the same engine call, so the evaluation limits hold for each; a shadow that
+    fails to evaluate records ``allow: false``, as any evaluation would. Nothing here can
+    change the evaluation's own result.
+    """
+    results = {}
+    for shadow in shadows:
+        shadow_allow = engine.evaluate(ruleset=shadow.ruleset, ruleset_hash=shadow.ruleset_hash, input=input).allow
+        results[shadow.policy_set_id] = {"allow": shadow_allow, "matches": shadow_allow == allow}
+    return results
 
 
 # --- decisions --------------------------------------------------------------------------------

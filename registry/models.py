@@ -140,6 +140,10 @@ class PolicySet(ConcurrentTransitionMixin, models.Model):
     effective_from = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     supersedes = models.CharField(max_length=128, null=True, blank=True)
+    # C14: a shadow is evaluated beside every evaluation of the set it shadows, while it is
+    # active; it never decides anything and no envelope may cite an evaluation of it.
+    shadow_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="shadows",
+                                  to_field="policy_set_id", db_column="shadow_of")
     signature = models.JSONField(default=dict)
     created_at = models.DateTimeField()
 

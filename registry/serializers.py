@@ -142,6 +142,10 @@ class PolicySetSerializer(StrictSerializer):
     effective_from = serializers.DateTimeField(required=False, allow_null=True)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     supersedes = IdField(required=False, allow_null=True)
+    shadow_of = IdField(source="shadow_of_id", required=False, allow_null=True, help_text=(
+        "Makes this set a shadow of that (active or deprecated) set: while this one is active, every evaluation "
+        "of that set also evaluates this one and records the result in `shadow_results`. A shadow never "
+        "changes an outcome, and no envelope can cite an evaluation of it."))
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
 
@@ -149,6 +153,14 @@ class PolicySetSerializer(StrictSerializer):
         if value != PolicySetStatus.ACTIVE:
             raise serializers.ValidationError("A policy set is created 'active'; change it with PATCH.")
         return value
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # Rendered on shadows only: the signatures of sets issued before shadows existed cover
+        # a representation without the member, and must still verify.
+        if data.get("shadow_of") is None:
+            data.pop("shadow_of", None)
+        return data
 
     def validate_jurisdictions(self, value):
         return _unique(value, "jurisdictions")

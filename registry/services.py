@@ -349,9 +349,15 @@ def policy_set_create(
     effective_from: datetime | None = None,
     expires_at: datetime | None = None,
     supersedes: str | None = None,
+    shadow_of_id: str | None = None,
     created_at: datetime | None = None,
 ) -> PolicySet:
-    """Store a Rego ruleset with its verified hash, ``active`` and signed (CONTRACT C6)."""
+    """Store a Rego ruleset with its verified hash, ``active`` and signed (CONTRACT C6).
+
+    ``shadow_of_id`` (the API's ``shadow_of``, C14) makes it a shadow of an existing set that
+    is not revoked and not itself a shadow (one level: a shadow of a shadow would never be
+    evaluated); anything else is a 400.
+    """
     now = timezone.now()
     computed = bytes_hash(ruleset.encode("utf-8"))
     if ruleset_hash is not None and ruleset_hash != computed:
@@ -366,6 +372,9 @@ def policy_set_create(
             raise errors.invalid_fields({"supersedes": ["A policy set cannot supersede itself."]})
         if not PolicySet.objects.filter(policy_set_id=supersedes).exists():
             raise errors.invalid_fields({"supersedes": [f"No policy set with id {supersedes!r}."]})
+    if shadow_of_id is not None:
+        _refuse_to_shadow(PolicySet.objects.filter(policy_set_id=shadow_of_id).first(), shadow_of_id=shadow_of_id,
+                          policy_set_id=policy_set_id)
 
     policy_set = PolicySet(
         policy_set_id=policy_set_id, name=name, version=version, publisher=publisher,
@@ -373,7 +382,7 @@ def policy_set_create(
         ruleset=ruleset, ruleset_hash=computed, ruleset_engine=ruleset_engine,
         ruleset_engine_version=ruleset_engine_version, ruleset_uri=ruleset_uri,
         certifying_body=certifying_body, status=status, effective_from=effective_from, expires_at=expires_at,
-        supersedes=supersedes, created_at=created_at,
+        supersedes=supersedes, shadow_of_id=shadow_of_id, created_at=created_at,
         **({"attestation_level": attestation_level} if attestation_level else {}))
     _policy_set_sign(policy_set)
     with transaction.atomic():
@@ -381,8 +390,21 @@ def policy_set_create(
         ledger_append(event_type="policy_set.created", resource_type="PolicySet",
                       resource_id=policy_set.policy_set_id, actor=actor,
                       payload={"ruleset_hash": computed, "name": name, "version": version,
-                               "supersedes": supersedes})
+                               "supersedes": supersedes, "shadow_of": shadow_of_id})
     return policy_set
+
+
+def _refuse_to_shadow(shadowed: PolicySet | None, *, shadow_of_id: str, policy_set_id: str) -> None:
+    if shadow_of_id == policy_set_id:
+        raise errors.invalid_fields({"shadow_of": ["A policy set cannot shadow itself."]})
+    if shadowed is None:
+        raise errors.invalid_fields({"shadow_of": [f"No policy set with id {shadow_of_id!r}."]})
+    if shadowed.shadow_of_id is not None:
+        raise errors.invalid_fields({"shadow_of": [
+            f"Policy set {shadow_of_id!r} is itself a shadow (of {shadowed.shadow_of_id!r}); shadow that one."]})
+    if shadowed.status == PolicySetStatus.REVOKED:
+        raise errors.invalid_fields({"shadow_of": [
+            f"Policy set {shadow_of_id!r} is revoked: nothing evaluates it any more."]})
 
 
 _POLICY_SET_MOVES = {PolicySetStatus.DEPRECATED: "deprecate", PolicySetStatus.REVOKED: "revoke"}

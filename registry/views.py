@@ -60,7 +60,7 @@ class PolicySetViewSet(RegistryViewSet):
     collection = "policy-sets"
     lookup_field = "policy_set_id"
     filter_fields = {"status": "status", "name": "name", "version": "version", "publisher": "publisher",
-                     "supersedes": "supersedes", "ruleset_hash": "ruleset_hash"}
+                     "supersedes": "supersedes", "ruleset_hash": "ruleset_hash", "shadow_of": "shadow_of_id"}
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def perform_create(self, validated, actor):

@@ -6,7 +6,8 @@ signed, state-machine or irreversible records, read-only for everyone (docs/deci
 """
 
 from django.contrib import admin
-from django.db.models import TextField
+from django.db.models import Count, Q, TextField
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 from django.utils.html import format_html, format_html_join
 
@@ -141,7 +142,7 @@ class PolicySetAdmin(ReadOnlyModelAdmin):
     search_fields = ("policy_set_id", "name", "publisher", "=ruleset_hash")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
-    linked_fields = ("evaluations",)
+    linked_fields = ("evaluations", "shadows", "shadowing")
     exclude = ("ruleset",)
     readonly_fields = ("ruleset_source",)
 
@@ -149,9 +150,43 @@ class PolicySetAdmin(ReadOnlyModelAdmin):
     def evaluations(self, obj):
         return id_link(PolicyEvaluation, "policy_set_id", obj.policy_set_id, "evaluations under this policy set")
 
+    @admin.display(description="shadows (C14)")
+    def shadows(self, obj):
+        """Each shadow of this set and how often it agreed with it: one aggregate per shadow."""
+        shadows = list(PolicySet.objects.filter(shadow_of_id=obj.policy_set_id).order_by("policy_set_id"))
+        if not shadows:
+            return "none"
+        return html_table(["shadow", "status", "evaluations", "agreed", "agreement rate"], [
+            [admin_link(shadow, shadow.policy_set_id), shadow.status, *shadow_agreement(primary=obj, shadow=shadow)]
+            for shadow in shadows])
+
+    @admin.display(description="shadow of")
+    def shadowing(self, obj):
+        """For a shadow: the set it shadows, and its agreement with it."""
+        if obj.shadow_of_id is None:
+            return "-"
+        primary = obj.shadow_of
+        total, agreed, rate = shadow_agreement(primary=primary, shadow=obj)
+        return format_html("{} — {} of {} evaluations agreed ({})", admin_link(primary, primary.policy_set_id),
+                           agreed, total, rate)
+
     @admin.display(description="ruleset")
     def ruleset_source(self, obj):
         return format_html('<pre style="margin:0;white-space:pre-wrap">{}</pre>', obj.ruleset)
+
+
+def shadow_agreement(*, primary: PolicySet, shadow: PolicySet) -> tuple[int, int, str]:
+    """(evaluations of ``primary`` that ``shadow`` saw, how many it agreed with, the rate as text).
+
+    ``shadow_results`` is keyed by the shadow's id, so this is a key lookup in the
+    database, on PostgreSQL and SQLite alike, over the primary's evaluations.
+    """
+    counts = (PolicyEvaluation.objects.filter(policy_set_id=primary.policy_set_id,
+                                              shadow_results__has_key=shadow.policy_set_id)
+              .alias(matches=KeyTransform("matches", KeyTransform(shadow.policy_set_id, "shadow_results")))
+              .aggregate(total=Count("pk"), agreed=Count("pk", filter=Q(matches=True))))
+    total, agreed = counts["total"], counts["agreed"]
+    return total, agreed, f"{100 * agreed / total:.1f} %" if total else "-"
 
 
 @admin.register(Capability)

@@ -219,6 +219,10 @@ def check_policy_evaluation(*, evaluation: PolicyEvaluation | None, inputs: Enve
                             + (f" ({', '.join(map(str, reasons))})" if reasons else ""))
         if policy_set.status == "revoked":
             problems.append(f"policy set {policy_set.policy_set_id!r} is revoked")
+        if policy_set.shadow_of_id is not None:
+            # C14: a shadow is evaluated to be watched, never to clear an action.
+            problems.append(f"policy set {policy_set.policy_set_id!r} is a shadow of {policy_set.shadow_of_id!r}: "
+                            f"its evaluations clear nothing")
         if policy_set.ruleset_hash != evaluation.ruleset_hash:
             problems.append(f"policy set {policy_set.policy_set_id!r} ruleset changed since the evaluation")
     if problems:

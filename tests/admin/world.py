@@ -20,7 +20,7 @@ from core.ledger import ledger_append
 from core.models import IdempotencyRecord, LedgerEvent, LedgerHead, OutboxMessage
 from decision.models import Approval, Context, Escalation, EvidenceBundle
 from execution.models import ActionEnvelope, CallbackAttempt, Operation, Payment, Receipt
-from registry.models import Revocation
+from registry.models import Freeze, Revocation
 from tests.execution.factories import World, make_delegation, make_full_world
 
 
@@ -56,6 +56,8 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
     revocation = Revocation.objects.create(revocation_id=new_id("rev"), target_type="skill",
                                            target_id=f"skl_gone_{tag}", reason="retired", revoked_by="ops",
                                            revoked_at=now, created_at=now)
+    freeze = Freeze.objects.create(freeze_id=new_id("frz"), target_type="agent", target_id=f"agent-gone-{tag}",
+                                   reason="runaway", frozen_by="ops", created_at=now)
     for i in range(extra_approvals):
         Approval.objects.create(approval_id=new_id("apr"), decision=world.decision, approver=f"second-{i}",
                                 verdict="approved", created_at=now)
@@ -103,7 +105,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
 
     rows = {}
     for record in (world.task, world.root_delegation, world.policy_set, world.capability, world.skill,
-                   world.binding, revocation, context, bundle, world.evaluation, world.decision, world.assessment,
+                   world.binding, revocation, freeze, context, bundle, world.evaluation, world.decision, world.assessment,
                    world.approval, escalation, world.session, envelope, operation, receipt, payment, outbox, attempt,
                    idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user):
         rows[type(record)] = record
