@@ -27,6 +27,7 @@ from .errors import (  # noqa: E402
     RateLimitedError,
     ScopeError,
     ServerError,
+    ToolChangedError,
     TransportError,
     UnavailableError,
     UnsupportedMediaTypeError,
@@ -37,8 +38,8 @@ from .signatures import payload_hash, verify_signature  # noqa: E402
 __all__ = [
     "AGPClient", "AGPError", "AuthenticationError", "ConflictError", "DelegationHopLimitError",
     "DelegationScopeViolationError", "ExecutionFailedError", "FrozenError", "IdempotencyInProgressError",
-    "IdempotencyKeyMismatchError", "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError", "NotFoundError",
-    "OperationTimeoutError", "PayloadTooLargeError", "PrerequisiteFailedError", "RateLimitedError", "ScopeError",
-    "ServerError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError", "ValidationError",
-    "payload_hash", "verify_signature",
+    "IdempotencyKeyMismatchError", "ImpactAssessmentRequiredError", "InvalidTransitionError",
+    "MethodNotAllowedError", "NotFoundError", "OperationTimeoutError", "PayloadTooLargeError",
+    "PrerequisiteFailedError", "RateLimitedError", "ScopeError", "ServerError", "ToolChangedError", "TransportError",
+    "UnavailableError", "UnsupportedMediaTypeError", "ValidationError", "payload_hash", "verify_signature",
 ]

@@ -1,12 +1,14 @@
 """What auditors see of the operator controls (C13, C14): freezes with what they cancelled,
 a policy set's shadows with their agreement rate, a backtest's summary and changes."""
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
 from agp_project.ids import new_id
 from core.admin_base import change_url
-from decision.models import PolicyEvaluation
+from decision.models import Backtest, PolicyEvaluation
 from execution.freezes import freezes_enforce
 from registry.models import Freeze
 from tests.execution.factories import make_policy_set, make_world
@@ -66,3 +68,28 @@ def test_auditors_list_the_operator_records(auditor_client, db, path):
     Freeze.objects.create(freeze_id="frz-list", target_type="all", reason="r", frozen_by="ops",
                           created_at=timezone.now())
     assert auditor_client.get(path).status_code == 200
+
+
+def test_a_backtest_page_shows_its_summary_its_reasons_and_its_changes(auditor_client, api, db):
+    world = make_world()
+    envelope = submit_async(api, world.envelope_request())
+    now = timezone.now()
+    backtest = Backtest.objects.create(
+        backtest_id="bt-audit", operation_id="op-bt-audit", policy_set=world.policy_set,
+        ruleset_hash=world.policy_set.ruleset_hash, since=now - timedelta(days=30), until=now, status="succeeded",
+        total=40, evaluations=40, unchanged=30, newly_denied=7, newly_allowed=2, approval_changed=1, errors=1,
+        by_reason={"amount over 100": 6, "weekend": 2},
+        changes=[{"evaluation_id": world.evaluation.evaluation_id,
+                  "action_ids": [envelope["result_url"].rsplit("/", 1)[1]],
+                  "before": {"allow": True, "require_approval": False, "reasons": []},
+                  "after": {"allow": False, "require_approval": False, "reasons": ["amount over 100"]}}],
+        created_at=now, updated_at=now)
+
+    page = auditor_client.get(change_url(backtest)).content.decode()
+
+    assert "<td>succeeded</td>" in page and "<td>40 of 40</td>" in page
+    assert "<td>30</td><td>7</td><td>2</td><td>1</td><td>1</td>" in page
+    assert page.index("<td>amount over 100</td><td>6</td>") < page.index("<td>weekend</td><td>2</td>")
+    assert world.evaluation.evaluation_id in page and envelope["result_url"].rsplit("/", 1)[1] in page
+    assert "<td>allow</td><td>deny (amount over 100)</td>" in page
+    assert auditor_client.get("/admin/decision/backtest/").status_code == 200

@@ -8,7 +8,10 @@ exceptions, written out below independently of the views' own declarations:
 - POST approvals: ``agp.approval.write``; POST policy-evaluations: ``agp.policy.write``;
   POST revocations: ``agp.revocation.write``;
 - GET operations: any of the execution and decision read/write scopes;
-- POST and PATCH freezes (C13): ``agp.revocation.write``; GET freezes: the registry's.
+- POST and PATCH freezes (C13): ``agp.revocation.write``; GET freezes: the registry's;
+- POST backtests (C14): ``agp.policy.write``; PATCH operations: ``agp.execution.write``, or
+  for a backtest's operation ``agp.decision.write`` or ``agp.policy.write`` (which one applies
+  depends on the operation found: tests/decision/test_backtests.py).
 """
 
 import pytest
@@ -26,7 +29,7 @@ GROUP_OF_COLLECTION = {
     **dict.fromkeys(["delegations", "policy-sets", "tasks", "capabilities", "liability-bindings", "skills",
                      "revocations", "freezes"], "registry"),
     **dict.fromkeys(["contexts", "evidence-bundles", "decisions", "policy-evaluations", "approvals", "escalations",
-                     "commerce-sessions", "impact-assessments"], "decision"),
+                     "commerce-sessions", "impact-assessments", "backtests"], "decision"),
     **dict.fromkeys(["action-envelopes", "receipts", "ledger-events", "replay", "operations"], "execution"),
 }
 WRITE_EXCEPTIONS = {
@@ -35,6 +38,8 @@ WRITE_EXCEPTIONS = {
     ("POST", "revocations"): {"agp.revocation.write"},
     ("POST", "freezes"): {"agp.revocation.write"},
     ("PATCH", "freezes"): {"agp.revocation.write"},
+    ("POST", "backtests"): {"agp.policy.write"},
+    ("PATCH", "operations"): {"agp.execution.write", "agp.decision.write", "agp.policy.write"},
 }
 OPERATION_READERS = {"agp.execution.read", "agp.execution.write", "agp.decision.read", "agp.decision.write"}
 
