@@ -328,6 +328,11 @@ class ReasonCountsField(serializers.JSONField):
     """``{reason: count}``, rendered as it is."""
 
 
+@extend_schema_field(ErrorObjectSerializer(allow_null=True))
+class ErrorObjectField(serializers.JSONField):
+    """A stored C2 error object (``{"code", "message", "retryable", "details"}``), or null."""
+
+
 class BacktestSerializer(StrictSerializer):
     """A candidate policy set re-evaluated over recorded evaluations (C14): the request, and the
     summary the run stores (``evaluations`` re-evaluated so far, of ``total`` in the window)."""
@@ -359,7 +364,7 @@ class BacktestSerializer(StrictSerializer):
     changes = BacktestChangesField(read_only=True, help_text="The first 1,000 evaluations whose result changed.")
     by_reason = ReasonCountsField(read_only=True, help_text=(
         "For the newly denied evaluations: how many each of the candidate's reasons accounts for."))
-    error = serializers.JSONField(read_only=True, allow_null=True)
+    error = ErrorObjectField(read_only=True, help_text="Why a failed backtest failed.")
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)
