@@ -32,8 +32,18 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bench.stack import PYTHON, ROOT, children, flush_redis, log, memory, recreate_database, run_json, \
-    settle_database, terminate
+from bench.stack import (
+    PYTHON,
+    ROOT,
+    children,
+    flush_redis,
+    log,
+    memory,
+    recreate_database,
+    run_json,
+    settle_database,
+    terminate,
+)
 
 BASELINE = """package agp.bench.baseline
 
