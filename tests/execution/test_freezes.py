@@ -12,7 +12,6 @@ from execution import freezes as freezes_module
 from execution.freezes import freezes_enforce
 from execution.models import ActionEnvelope, Operation, Payment, Receipt
 from execution.runner import operation_claim, operation_execute, operation_finish
-from execution.tasks import recover_operations
 from registry.models import Freeze
 from tests.execution.factories import make_world
 from tests.execution.worker import ledger_event_types, submit_async
@@ -142,14 +141,15 @@ def test_a_lifted_or_unknown_freeze_stops_nothing(api):
     assert operation_execute(operation_id=operation_id, executor="w/pid-1") == "succeeded"
 
 
-def test_beat_s_recovery_enforces_every_active_freeze_in_batches(api, monkeypatch):
+def test_without_a_freeze_id_it_enforces_every_active_freeze_in_batches(api, monkeypatch):
+    # What beat's agp.recover_operations runs, should a freeze's own task have been lost.
     monkeypatch.setattr(freezes_module, "BATCH", 2)
     worlds = [make_world(), make_world()]
     operations = [accept(api, world) for world in worlds for _ in range(3)]
     for world in worlds:
         freeze("agent", world.agent_id)
 
-    recover_operations()
+    assert freezes_enforce() == 6
 
     assert {status(operation_id) for operation_id in operations} == {"cancelled"}
     assert LedgerEvent.objects.filter(event_type="operation.cancelled").count() == 6
