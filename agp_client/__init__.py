@@ -15,6 +15,7 @@ from .errors import (  # noqa: E402
     DelegationHopLimitError,
     DelegationScopeViolationError,
     ExecutionFailedError,
+    FrozenError,
     IdempotencyInProgressError,
     IdempotencyKeyMismatchError,
     ImpactAssessmentRequiredError,
@@ -45,10 +46,10 @@ from .transparency import (  # noqa: E402
 
 __all__ = [
     "AGPClient", "AGPError", "AuthenticationError", "ConflictError", "DelegationHopLimitError",
-    "DelegationScopeViolationError", "ExecutionFailedError", "IdempotencyInProgressError", "IdempotencyKeyMismatchError",
-    "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError", "NotFoundError",
-    "OperationTimeoutError", "PayloadTooLargeError", "PolicyTestFailedError", "PrerequisiteFailedError", "RateLimitedError", "ScopeError",
-    "ServerError", "ToolChangedError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError",
+    "DelegationScopeViolationError", "ExecutionFailedError", "FrozenError", "IdempotencyInProgressError",
+    "IdempotencyKeyMismatchError", "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError",
+    "NotFoundError", "OperationTimeoutError", "PayloadTooLargeError", "PolicyTestFailedError",
+    "PrerequisiteFailedError", "RateLimitedError", "ScopeError", "ServerError", "ToolChangedError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError",
     "ValidationError", "payload_hash", "verify_signature", "VerificationError", "verify_checkpoint",
     "verify_consistency", "verify_evidence", "verify_inclusion",
 ]

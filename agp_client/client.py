@@ -16,6 +16,7 @@ from .resources import (
     ActionEnvelopes,
     Decisions,
     Escalations,
+    Freezes,
     LedgerEvents,
     Operations,
     PolicySets,
@@ -74,6 +75,7 @@ class AGPClient:
         self.liability_bindings = Resource(self, "liability-bindings")
         self.skills = Resource(self, "skills")
         self.revocations = Resource(self, "revocations")
+        self.freezes = Freezes(self, "freezes")
         # Decision API
         self.contexts = Resource(self, "contexts")
         self.evidence_bundles = Resource(self, "evidence-bundles")
@@ -83,6 +85,7 @@ class AGPClient:
         self.escalations = Escalations(self, "escalations")
         self.commerce_sessions = Resource(self, "commerce-sessions")
         self.impact_assessments = Resource(self, "impact-assessments")
+        self.backtests = Resource(self, "backtests")
         # Execution API
         self.action_envelopes = ActionEnvelopes(self, "action-envelopes")
         self.operations = Operations(self)

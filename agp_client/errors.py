@@ -105,6 +105,16 @@ class InvalidTransitionError(ConflictError):
     default_code = "AGP_INVALID_TRANSITION"
 
 
+class FrozenError(ConflictError):
+    """409: an active freeze stops the agent, its root principal or the tool (``freezes``)."""
+
+    default_code = "AGP_FROZEN"
+
+    @property
+    def freezes(self) -> list[dict[str, Any]]:
+        return list(self.details.get("freezes", []))
+
+
 class IdempotencyInProgressError(ConflictError):
     default_code = "AGP_IDEMPOTENCY_IN_PROGRESS"
 
@@ -191,9 +201,10 @@ BY_CODE: dict[str, type[AGPError]] = {
     cls.default_code: cls
     for cls in (ValidationError, PayloadTooLargeError, UnsupportedMediaTypeError, AuthenticationError, ScopeError,
                 NotFoundError, MethodNotAllowedError, ConflictError, DelegationScopeViolationError,
-                DelegationHopLimitError, InvalidTransitionError, IdempotencyInProgressError, PrerequisiteFailedError,
-                ImpactAssessmentRequiredError, PolicyTestFailedError, IdempotencyKeyMismatchError, RateLimitedError, ServerError,
-                UnavailableError, ExecutionFailedError, ToolChangedError)
+                DelegationHopLimitError, InvalidTransitionError, FrozenError, IdempotencyInProgressError,
+                PrerequisiteFailedError, ImpactAssessmentRequiredError, PolicyTestFailedError,
+                IdempotencyKeyMismatchError, RateLimitedError, ServerError, UnavailableError, ExecutionFailedError,
+                ToolChangedError)
 }
 
 BY_STATUS: dict[int, type[AGPError]] = {

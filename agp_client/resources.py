@@ -108,6 +108,17 @@ class Escalations(Resource):
         return self._patch(escalation_id, fields, idempotency_key)
 
 
+class Freezes(Resource):
+    def lift(self, freeze_id: str, *, lifted_by: str | None = None,
+             idempotency_key: str | None = None) -> dict[str, Any]:
+        """``PATCH /agp/freezes/{id}`` with ``{"status": "lifted"}``: forward only (a second lift raises
+        ``InvalidTransitionError``); operations the freeze cancelled stay cancelled."""
+        fields = {"status": "lifted"}
+        if lifted_by is not None:
+            fields["lifted_by"] = lifted_by
+        return self._patch(freeze_id, fields, idempotency_key)
+
+
 class ActionEnvelopes(ReadOnlyResource):
     def validate(self, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
         """Validate only (``Prefer: return=representation``): the envelope as it would execute.

@@ -102,6 +102,13 @@ class InvalidTransition(Conflict):
         )
 
 
+class Frozen(Conflict):
+    """409 AGP_FROZEN (C13): an active freeze stops the agent, its root principal or the tool."""
+
+    code = "AGP_FROZEN"
+    default_message = "The agent, principal or tool is frozen."
+
+
 class IdempotencyInProgress(Conflict):
     code = "AGP_IDEMPOTENCY_IN_PROGRESS"
     retryable = True

@@ -11,7 +11,7 @@ validated, signed where the API signs it, and has its ledger event):
   different package names), evaluated once each;
 - for the envelope scenarios: a capability and a noop skill for the depth-5 agent, an
   evaluation that allows with approval required, a finalised ``approve`` decision and an
-  approval by someone else: a world in which ``POST /agp/action-envelopes`` passes all ten
+  approval by someone else: a world in which ``POST /agp/action-envelopes`` passes all eleven
   checks.
 
 Prints one JSON object with the ids the load generator needs.

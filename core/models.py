@@ -1,7 +1,8 @@
-"""Cross-cutting records: the hash-chained ledger and stored idempotent responses."""
+"""Cross-cutting records: the hash-chained ledger, stored idempotent responses, the outbox."""
 
 from django.db import models
 
+from .choices import OutboxStatus
 from .fields import CanonicalJSONField
 
 
@@ -130,3 +131,17 @@ class MerkleTreeLock(models.Model):
 
     class Meta:
         verbose_name = "Merkle tree lock"
+class OutboxMessage(models.Model):
+    """A task to publish, written in the transaction that makes it due (``core.outbox``).
+
+    Publishing happens after commit; a periodic sweep re-publishes what a crash between
+    commit and publish left behind, so nothing accepted is ever lost.
+    """
+
+    task_name = models.CharField(max_length=128)
+    args = models.JSONField(default=list)
+    status = models.CharField(max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING,
+                              db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)

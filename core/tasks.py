@@ -4,6 +4,7 @@ import logging
 
 from celery import shared_task
 
+from .outbox import outbox_sweep as _outbox_sweep
 from .services import checkpoint_create, idempotency_record_purge_expired
 from .tree import LedgerBroken
 
@@ -33,3 +34,9 @@ def checkpoint() -> int | None:
         return None
     logger.info("checkpoint: tree size %s, root %s", made.tree_size, made.root_hash)
     return made.tree_size
+
+
+@shared_task(name="agp.outbox_sweep")
+def outbox_sweep() -> int:
+    """Publish outbox messages a crash between commit and publish left behind."""
+    return _outbox_sweep()

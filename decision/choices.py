@@ -71,5 +71,20 @@ class CommerceSessionStatus(models.TextChoices):
     CLOSED = "closed"
 
 
+class BacktestStatus(models.TextChoices):
+    """A backtest is its own asynchronous Operation: the same statuses (CONTRACT C8, C14)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 DECISION_TERMINAL = DecisionStatus.FINALISED
 ESCALATION_TERMINAL = EscalationStatus.RESOLVED
+BACKTEST_TERMINAL = (BacktestStatus.SUCCEEDED, BacktestStatus.FAILED, BacktestStatus.CANCELLED)
+
+# The Celery task that runs a backtest (registered by execution, which can also name the
+# envelopes that cited each changed evaluation); made due through the outbox, by name.
+BACKTEST_TASK = "agp.run_backtest"

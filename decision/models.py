@@ -7,6 +7,7 @@ from registry.models import Delegation, PolicySet, Task
 
 from .choices import (
     ApprovalVerdict,
+    BacktestStatus,
     CommerceSessionStatus,
     DecisionOutcome,
     DecisionStatus,
@@ -52,8 +53,17 @@ class PolicyEvaluation(models.Model):
     allowed = models.BooleanField(default=False)
     require_approval = models.BooleanField(default=False)
     warnings = models.JSONField(default=list)
+    # C14: the set's active shadows, evaluated with the same input: {shadow policy_set_id:
+    # {"allow", "matches"}}. Keyed by id so that the auditors' agreement rate of one shadow
+    # is a key lookup the database answers (PostgreSQL and SQLite alike); the API renders
+    # it as a list (decision/serializers.py).
+    shadow_results = models.JSONField(default=dict)
     evaluated_at = models.DateTimeField()
     created_at = models.DateTimeField()
+
+    class Meta:
+        # A backtest's window is an interval of evaluated_at (C14).
+        indexes = [models.Index(fields=["evaluated_at"], name="evaluation_evaluated_at")]
 
 
 class Decision(ConcurrentTransitionMixin, models.Model):
@@ -180,3 +190,69 @@ class CommerceSession(models.Model):
                 condition=models.Q(spent_amount__lte=models.F("amount_limit") - models.F("reserved_amount")),
                 name="commerce_session_within_limit"),
         ]
+
+
+class Backtest(ConcurrentTransitionMixin, models.Model):
+    """A candidate policy set re-evaluated over recorded evaluations (CONTRACT C14).
+
+    The row is also the backtest's asynchronous Operation (``operation_id``, ``status``,
+    progress in ``evaluations`` of ``total``), served at ``/agp/operations/{id}``: the
+    decision API owns it, so nothing of execution is needed to create, run or cancel it.
+    The counts and ``changes`` are the summary C14 names; they are written as the run
+    progresses (counts) and when it ends (everything).
+    """
+
+    backtest_id = models.CharField(max_length=128, unique=True)
+    operation_id = models.CharField(max_length=128, unique=True)
+    policy_set = models.ForeignKey(PolicySet, on_delete=models.PROTECT, to_field="policy_set_id",
+                                   db_column="policy_set_id", related_name="backtests")
+    # The candidate's ruleset hash when the backtest was asked for (a set's ruleset never changes).
+    ruleset_hash = models.CharField(max_length=71)
+    baseline_policy_set = models.ForeignKey(PolicySet, null=True, blank=True, on_delete=models.PROTECT,
+                                            to_field="policy_set_id", db_column="baseline_policy_set_id",
+                                            related_name="baseline_backtests")
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    task_id = models.CharField(max_length=128, blank=True, default="")
+    agent_id = models.CharField(max_length=128, blank=True, default="")
+    status = FSMField(max_length=16, choices=BacktestStatus.choices, default=BacktestStatus.PENDING, protected=True,
+                      db_index=True)
+    total = models.PositiveIntegerField(null=True, blank=True)  # evaluations in the window, counted at the start
+    evaluations = models.PositiveIntegerField(default=0)  # re-evaluated so far
+    unchanged = models.PositiveIntegerField(default=0)
+    newly_denied = models.PositiveIntegerField(default=0)
+    newly_allowed = models.PositiveIntegerField(default=0)
+    approval_changed = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    changes = models.JSONField(default=list, blank=True)
+    by_reason = models.JSONField(default=dict, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    # As an envelope's operation: the worker's claim (a lease it renews with each progress
+    # write) and its fencing token.
+    attempts = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    executor = models.CharField(max_length=256, blank=True, default="")
+    requested_by = models.CharField(max_length=128, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self):
+        return self.backtest_id
+
+    @transition(field=status, source=BacktestStatus.PENDING, target=BacktestStatus.RUNNING)
+    def start(self):
+        """pending -> running: a worker claimed it."""
+
+    @transition(field=status, source=BacktestStatus.RUNNING, target=BacktestStatus.SUCCEEDED)
+    def succeed(self):
+        """running -> succeeded: the whole window was re-evaluated."""
+
+    @transition(field=status, source=BacktestStatus.RUNNING, target=BacktestStatus.FAILED)
+    def fail(self):
+        """running -> failed: the run broke off (``error`` says why)."""
+
+    @transition(field=status, source=[BacktestStatus.PENDING, BacktestStatus.RUNNING], target=BacktestStatus.CANCELLED)
+    def cancel(self):
+        """pending|running -> cancelled (PATCH /agp/operations/{id}); a running worker stops at its next write."""

@@ -18,6 +18,7 @@ from registry.models import Task
 from .choices import ApprovalVerdict, EscalationOutcome, EscalationStatus
 from .models import (
     Approval,
+    Backtest,
     CommerceSession,
     Context,
     Decision,
@@ -175,3 +176,12 @@ def escalation_list() -> QuerySet[Escalation]:
 
 def commerce_session_list() -> QuerySet[CommerceSession]:
     return CommerceSession.objects.all()
+
+
+def backtest_list() -> QuerySet[Backtest]:
+    return Backtest.objects.all()
+
+
+def backtest_by_operation(*, operation_id: str) -> Backtest | None:
+    """The backtest whose Operation has this id (``/agp/operations/{id}`` serves both kinds)."""
+    return Backtest.objects.filter(operation_id=operation_id).first()

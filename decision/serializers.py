@@ -6,18 +6,22 @@ One serializer per resource serves request and response; server-set fields are
 
 from decimal import Decimal
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from agp_project.http.schema import ErrorObjectSerializer
 from agp_project.http.serializers import (
     IdField,
     SignatureSerializer,
     StrictSerializer,
 )
+from agp_project.http.viewsets import absolute_url, operation_path
 from registry.serializers import OPERATION_MESSAGE, OPERATION_PATTERN, TOOL_MESSAGE, TOOL_PATTERN
 
 from .choices import (
     ApprovalVerdict,
+    BacktestStatus,
     DecisionOutcome,
     DecisionStatus,
     EscalationOutcome,
@@ -104,6 +108,19 @@ class ActionSerializer(StrictSerializer):
     tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
     operation = serializers.RegexField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE})
     parameters = serializers.DictField(required=False, default=dict)
+class ShadowResultSerializer(serializers.Serializer):
+    policy_set_id = serializers.CharField()
+    allow = serializers.BooleanField()
+    matches = serializers.BooleanField(help_text="Whether the shadow's `allow` equals the evaluation's.")
+
+
+@extend_schema_field(ShadowResultSerializer(many=True))
+class ShadowResultsField(serializers.JSONField):
+    """The stored ``{policy_set_id: {"allow", "matches"}}`` as the list C14 names, ordered by id."""
+
+    def to_representation(self, value):
+        return [{"policy_set_id": policy_set_id, "allow": result["allow"], "matches": result["matches"]}
+                for policy_set_id, result in sorted((value or {}).items())]
 
 
 class PolicyEvaluationSerializer(StrictSerializer):
@@ -122,6 +139,9 @@ class PolicyEvaluationSerializer(StrictSerializer):
     input_hash = serializers.CharField(read_only=True)
     ruleset_hash = serializers.CharField(read_only=True)
     warnings = StringListField(read_only=True)
+    shadow_results = ShadowResultsField(read_only=True, help_text=(
+        "The active shadows of the policy set, evaluated with the same input: what each would have decided. "
+        "They never change `result`."))
     evaluated_at = serializers.DateTimeField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
 
@@ -301,3 +321,118 @@ class CommerceSessionSerializer(StrictSerializer):
     reserved_amount = serializers.DecimalField(max_digits=18, decimal_places=4, read_only=True)
     status = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+
+
+# --- backtests ---------------------------------------------------------------------------------
+def backtest_path(backtest_id: str) -> str:
+    return f"/agp/backtests/{backtest_id}"
+
+
+class BacktestChangeSerializer(serializers.Serializer):
+    evaluation_id = serializers.CharField()
+    action_ids = serializers.ListField(child=serializers.CharField(),
+                                       help_text="The accepted envelopes that cited the evaluation.")
+    before = PolicyResultSerializer(help_text="The recorded result.")
+    after = PolicyResultSerializer(help_text="The candidate's result for the same input.")
+
+
+@extend_schema_field(BacktestChangeSerializer(many=True))
+class BacktestChangesField(serializers.JSONField):
+    """The stored list of changes, rendered as it is."""
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"}})
+class ReasonCountsField(serializers.JSONField):
+    """``{reason: count}``, rendered as it is."""
+
+
+@extend_schema_field(ErrorObjectSerializer(allow_null=True))
+class ErrorObjectField(serializers.JSONField):
+    """A stored C2 error object (``{"code", "message", "retryable", "details"}``), or null."""
+
+
+class BacktestSerializer(StrictSerializer):
+    """A candidate policy set re-evaluated over recorded evaluations (C14): the request, and the
+    summary the run stores (``evaluations`` re-evaluated so far, of ``total`` in the window)."""
+
+    type_name = "Backtest"
+
+    backtest_id = IdField(required=False)
+    policy_set_id = IdField(help_text="The candidate: any status but revoked.")
+    baseline_policy_set_id = IdField(required=False, allow_null=True, help_text=(
+        "Re-evaluate only the recorded evaluations of this set (default: of every set)."))
+    since = serializers.DateTimeField(required=False, help_text="Start of the `evaluated_at` window (included); "
+                                                                "default: 30 days before `until`.")
+    until = serializers.DateTimeField(required=False, help_text="End of the window (excluded); default: now.")
+    task_id = BlankAsNullIdField(required=False, allow_null=True, help_text="Only this task's evaluations.")
+    agent_id = BlankAsNullCharField(max_length=AGENT_MAX, required=False, allow_null=True,
+                                    help_text="Only this agent's evaluations.")
+    status = serializers.ChoiceField(choices=BacktestStatus.choices, read_only=True)
+    ruleset_hash = serializers.CharField(read_only=True, help_text="The candidate's.")
+    operation_id = serializers.CharField(read_only=True)
+    total = serializers.IntegerField(read_only=True, allow_null=True,
+                                     help_text="Evaluations in the window (null until the run starts).")
+    evaluations = serializers.IntegerField(read_only=True)
+    unchanged = serializers.IntegerField(read_only=True)
+    newly_denied = serializers.IntegerField(read_only=True)
+    newly_allowed = serializers.IntegerField(read_only=True)
+    approval_changed = serializers.IntegerField(read_only=True, help_text=(
+        "Allowed before and after, with another `require_approval`."))
+    errors = serializers.IntegerField(read_only=True, help_text="Re-evaluations that failed (counted as denials).")
+    changes = BacktestChangesField(read_only=True, help_text="The first 1,000 evaluations whose result changed.")
+    by_reason = ReasonCountsField(read_only=True, help_text=(
+        "For the newly denied evaluations: how many each of the candidate's reasons accounts for."))
+    error = ErrorObjectField(read_only=True, help_text="Why a failed backtest failed.")
+    started_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    created_at = serializers.DateTimeField(required=False)
+
+
+class BacktestProgressSerializer(serializers.Serializer):
+    evaluations = serializers.IntegerField(help_text="Re-evaluated so far.")
+    total = serializers.IntegerField(allow_null=True, help_text="In the window; null until the run starts.")
+
+
+class BacktestOperationSerializer(serializers.Serializer):
+    """A backtest seen as its asynchronous Operation: the Operation's fields, and ``progress``."""
+
+    operation_id = serializers.CharField(read_only=True)
+    status = serializers.ChoiceField(choices=BacktestStatus.choices, read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+    status_url = serializers.SerializerMethodField()
+    result_url = serializers.SerializerMethodField()
+    callback_url = serializers.SerializerMethodField()
+    error = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_status_url(self, backtest) -> str:
+        return absolute_url(self.context.get("request"), operation_path(backtest.operation_id))
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_result_url(self, backtest) -> str:
+        return absolute_url(self.context.get("request"), backtest_path(backtest.backtest_id))
+
+    @extend_schema_field({"type": "null"})
+    def get_callback_url(self, backtest) -> None:
+        return None  # a backtest is polled, never called back
+
+    @extend_schema_field(ErrorObjectSerializer(allow_null=True))
+    def get_error(self, backtest) -> dict | None:
+        return backtest.error or None
+
+    @extend_schema_field(BacktestProgressSerializer)
+    def get_progress(self, backtest) -> dict:
+        return {"evaluations": backtest.evaluations, "total": backtest.total}
+
+
+def backtest_operation_representation(backtest, *, request=None) -> dict:
+    """The Operation body of a backtest: the 202 of ``POST /agp/backtests`` and ``GET /agp/operations/{id}``."""
+    return dict(BacktestOperationSerializer(backtest, context={"request": request}).data)
+
+
+def render_for_signature(serializer_class, instance) -> dict:
+    """The representation a signature covers: the rendered resource without ``signature``."""
+    data = serializer_class(instance).data
+    return {name: value for name, value in data.items() if name != "signature"}

@@ -2,6 +2,7 @@ from rest_framework.routers import SimpleRouter
 
 from .views import (
     ApprovalViewSet,
+    BacktestViewSet,
     CommerceSessionViewSet,
     ContextViewSet,
     DecisionViewSet,
@@ -20,5 +21,6 @@ router.register("impact-assessments", ImpactAssessmentViewSet, basename="impact-
 router.register("approvals", ApprovalViewSet, basename="approval")
 router.register("escalations", EscalationViewSet, basename="escalation")
 router.register("commerce-sessions", CommerceSessionViewSet, basename="commerce-session")
+router.register("backtests", BacktestViewSet, basename="backtest")
 
 urlpatterns = router.urls

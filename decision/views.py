@@ -1,13 +1,17 @@
 """The Decision API: thin viewsets that parse, call one service, render (CONTRACT C7)."""
 
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import status
 from rest_framework.response import Response
 
-from agp_project.http.schema import ExactFilterSchema, KeysetPaginationSchema, documented
+from agp_project.http.schema import ExactFilterSchema, KeysetPaginationSchema, documented, error_responses
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
-from . import selectors, services
+from . import backtests, selectors, services
 from .serializers import (
     ApprovalSerializer,
+    BacktestOperationSerializer,
+    BacktestSerializer,
     CommerceSessionSerializer,
     ContextSerializer,
     DecisionSerializer,
@@ -17,6 +21,7 @@ from .serializers import (
     EvidenceBundleSerializer,
     ImpactAssessmentSerializer,
     PolicyEvaluationSerializer,
+    backtest_operation_representation,
 )
 
 
@@ -56,6 +61,8 @@ class EvidenceBundleViewSet(DecisionGroupViewSet):
 
 
 @documented(PolicyEvaluationSerializer, create={
+    409: "AGP_CONFLICT: the id already exists; AGP_FROZEN: an active freeze stops the agent or the task's root "
+         "principal (`details.freezes`).",
     422: "AGP_PREREQUISITE_FAILED: the policy set is revoked (check `policy_set_not_revoked`)."})
 class PolicyEvaluationViewSet(DecisionGroupViewSet):
     """Rego evaluations of a policy set's ruleset for a task (refused for revoked sets)."""
@@ -161,3 +168,31 @@ class CommerceSessionViewSet(DecisionGroupViewSet):
 
     def perform_create(self, validated, actor):
         return services.commerce_session_create(actor=actor, **validated)
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: BacktestSerializer, **error_responses()}),
+    retrieve=extend_schema(responses={200: BacktestSerializer, **error_responses({404: "AGP_NOT_FOUND: no such id."})}),
+    create=extend_schema(
+        request=BacktestSerializer,
+        responses={202: BacktestOperationSerializer, **error_responses({
+            409: "AGP_CONFLICT: the id already exists.",
+            422: "AGP_PREREQUISITE_FAILED: the candidate policy set is revoked (check `policy_set_not_revoked`)."})},
+        description="Re-evaluate recorded policy evaluations under a candidate policy set, asynchronously: the "
+                    "answer is the backtest's Operation (poll its `status_url`); the summary is at `result_url`."))
+class BacktestViewSet(DecisionGroupViewSet):
+    """What a candidate policy set would have decided on recorded evaluations (C14); creating needs agp.policy.write."""
+
+    queryset = selectors.backtest_list()
+    serializer_class = BacktestSerializer
+    collection = "backtests"
+    lookup_field = "backtest_id"
+    filter_fields = {"policy_set_id": "policy_set_id", "baseline_policy_set_id": "baseline_policy_set_id",
+                     "status": "status", "task_id": "task_id", "agent_id": "agent_id"}
+    write_scopes = {"create": "agp.policy.write"}
+
+    def create(self, request, *args, **kwargs):
+        backtest = backtests.backtest_create(actor=self.actor, **self.parse())
+        body = backtest_operation_representation(backtest, request=request)
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers={
+            "Location": body["status_url"], "Operation-Location": body["status_url"], "Retry-After": "1"})

@@ -28,11 +28,11 @@ from django.utils import timezone
 
 from agp_project.net import UnsafeURL, http_post
 from core.ledger import ledger_append
-from core.models import LedgerEvent
+from core.models import LedgerEvent, OutboxMessage
+from core.outbox import outbox_enqueue
 
 from .choices import CALLBACK_TASK, OPERATION_TERMINAL, WORKER_ACTOR, CallbackStatus
-from .models import CallbackAttempt, Operation, OutboxMessage
-from .outbox import outbox_enqueue
+from .models import CallbackAttempt, Operation
 from .serializers_operations import operation_representation
 
 logger = logging.getLogger(__name__)

@@ -39,8 +39,3 @@ class CallbackStatus(models.TextChoices):
     PENDING = "pending"
     DELIVERED = "delivered"
     FAILED = "failed"
-
-
-class OutboxStatus(models.TextChoices):
-    PENDING = "pending"
-    PUBLISHED = "published"

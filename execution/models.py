@@ -1,9 +1,11 @@
-"""Execution records: accepted envelopes, their operations, receipts, payments, callbacks."""
+"""Execution records: accepted envelopes, their operations, receipts, payments, callbacks.
+
+The outbox of tasks to publish after commit is core's (``core.models.OutboxMessage``)."""
 
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
-from .choices import CallbackStatus, EnvelopeStatus, OperationStatus, OutboxStatus, PaymentStatus, ReceiptStatus
+from .choices import CallbackStatus, EnvelopeStatus, OperationStatus, PaymentStatus, ReceiptStatus
 
 
 class ActionEnvelope(models.Model):
@@ -43,7 +45,8 @@ class ActionEnvelope(models.Model):
 
 
 class Operation(ConcurrentTransitionMixin, models.Model):
-    """The asynchronous execution of one envelope: pending -> running -> succeeded | failed."""
+    """The asynchronous execution of one envelope: pending -> running -> succeeded | failed,
+    or -> cancelled (by the client while pending, by a freeze before its connector call)."""
 
     operation_id = models.CharField(max_length=128, unique=True)
     envelope = models.OneToOneField(ActionEnvelope, on_delete=models.PROTECT, related_name="async_operation",
@@ -82,7 +85,13 @@ class Operation(ConcurrentTransitionMixin, models.Model):
 
     @transition(field=status, source=OperationStatus.PENDING, target=OperationStatus.CANCELLED)
     def cancel(self):
-        """pending -> cancelled."""
+        """pending -> cancelled (the client's PATCH)."""
+
+    @transition(field=status, source=[OperationStatus.PENDING, OperationStatus.RUNNING],
+                target=OperationStatus.CANCELLED)
+    def halt(self):
+        """pending|running -> cancelled by a freeze (C13), before the connector call: a pending
+        operation, or an ``external`` one waiting for its receipt (``execution.freezes``)."""
 
 
 class Receipt(models.Model):
@@ -115,22 +124,6 @@ class Payment(models.Model):
     status = models.CharField(max_length=16, choices=PaymentStatus.choices, default=PaymentStatus.RESERVED)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
-
-
-class OutboxMessage(models.Model):
-    """A task to publish, written in the transaction that makes it due.
-
-    Publishing happens after commit; a periodic sweep re-publishes what a crash between
-    commit and publish left behind, so nothing accepted is ever lost.
-    """
-
-    task_name = models.CharField(max_length=128)
-    args = models.JSONField(default=list)
-    status = models.CharField(max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING,
-                              db_index=True)
-    attempts = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField()
-    published_at = models.DateTimeField(null=True, blank=True)
 
 
 class CallbackAttempt(models.Model):

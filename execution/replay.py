@@ -1,7 +1,7 @@
 """Replay (CONTRACT C9): would this action be cleared today, and under another policy set?
 
 ``original`` is what the checks found when the envelope was accepted (stored with it);
-``current`` re-runs all ten checks on the inputs recorded at submission against today's
+``current`` re-runs all eleven checks on the inputs recorded at submission against today's
 state (the envelope's own reservation or payment counting as its own, exactly as at
 execution time). ``changed_checks`` names every check whose outcome differs.
 

@@ -9,7 +9,10 @@ task with nothing but the operation id):
    receipt) is left alone, so a redelivered or duplicated message does nothing. Every
    prerequisite is re-checked here, at execution time: if one no longer holds the
    operation fails with the C2 ``AGP_PREREQUISITE_FAILED`` body, the budget is released,
-   and nothing executes.
+   and nothing executes; if a freeze (C13) stops it, it is ``cancelled`` instead, with
+   the ``AGP_FROZEN`` body. The claim's commit is the moment an operation is *passed to
+   its connector*: the connector is called right after it, with nothing in between but
+   starting the lease's heartbeat (docs/decisions/operator-controls.md).
 2. **Execute** outside any transaction, while a heartbeat thread renews the lease. Each
    claim increments ``attempts``; that number is the fencing token of the claim.
 3. **Finish** (one transaction): only if the operation is still ``running`` under the same
@@ -43,6 +46,7 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append, ledger_batch
+from core.outbox import outbox_enqueue
 
 from .budgets import payment_commit, payment_release
 from .checks import envelope_recheck
@@ -58,7 +62,6 @@ from .choices import (
 from .connectors import Call, ExecutionFailed, connector_for
 from .documents import envelope_document, receipt_document
 from .models import ActionEnvelope, Operation, Receipt
-from .outbox import outbox_enqueue
 from .selectors import action_trail, receipt_governance
 
 logger = logging.getLogger(__name__)
@@ -160,8 +163,17 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
         return "busy"
 
     envelope = operation.envelope
+    # The freeze check is one of the checks: a freeze committed before this statement stops
+    # the operation here; one committed after it finds the operation claimed, which
+    # ``execution.freezes`` (holding the row lock this claim holds) then leaves alone.
     report = envelope_recheck(envelope=envelope)
     if not report.passed:
+        if report.freezes and not takeover:
+            operation.halt()
+            operation_cancelled_record(operation=operation, actor=WORKER_ACTOR, error=frozen_error(
+                report.freezes, failed_checks=report.failed), payload={
+                    "stage": "execution_recheck", "freeze_ids": [f["freeze_id"] for f in report.freezes]})
+            return "cancelled"
         _fail_prerequisites(operation=operation, envelope=envelope, failed_checks=report.failed,
                             executor=executor, now=now)
         return "failed"
@@ -394,6 +406,35 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
     return receipt
 
 
+def frozen_error(freezes: list[dict[str, Any]], **details: Any) -> dict[str, Any]:
+    """The ``error`` of an operation a freeze cancelled: 409 ``AGP_FROZEN``'s error object."""
+    return errors.Frozen("Cancelled by a freeze before its connector was called; nothing was executed.",
+                         details={"freezes": freezes, **details}).as_body()["error"]
+
+
+def operation_cancelled_record(*, operation: Operation, actor: str, error: dict[str, Any] | None = None,
+                               payload: dict[str, Any] | None = None) -> None:
+    """Record a cancellation the caller just moved (``cancel`` or ``halt``) on the locked row.
+
+    In the caller's transaction: nothing was executed, so the budget reservation is
+    released, the envelope is ``failed``, ``operation.cancelled`` is ledgered and the
+    callback enqueued. No receipt: a receipt records an execution.
+    """
+    now = timezone.now()
+    operation.error = error
+    operation.completed_at = operation.updated_at = now
+    operation.lease_expires_at = None
+    operation.save()
+    envelope = operation.envelope
+    payment_release(action_id=envelope.action_id, actor=actor)
+    _envelope_set_status(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation.operation_id,
+                         actor=actor)
+    ledger_append(event_type="operation.cancelled", resource_type=OPERATION_RESOURCE,
+                  resource_id=operation.operation_id, actor=actor,
+                  payload={**action_trail(envelope), **(payload or {})})
+    _enqueue_callback(operation)
+
+
 def operation_cancel(*, operation_id: str, actor: str) -> Operation:
     """``PATCH /agp/operations/{id}`` ``{"status": "cancelled"}``: stop a pending operation (C8).
 
@@ -403,7 +444,7 @@ def operation_cancel(*, operation_id: str, actor: str) -> Operation:
     operation and skips it. Any other state is 409 ``AGP_INVALID_TRANSITION``.
     """
     with transaction.atomic():
-        operation = Operation.objects.select_for_update().filter(operation_id=operation_id).first()
+        operation = _operation_locked(operation_id)
         if operation is None:
             raise errors.NotFound(f"No operation with id {operation_id!r}.")
         if not can_proceed(operation.cancel):
@@ -411,17 +452,8 @@ def operation_cancel(*, operation_id: str, actor: str) -> Operation:
                 from_state=operation.status, to_state=OperationStatus.CANCELLED, allowed=[],
                 message=f"Operation {operation_id!r} is {operation.status}; only a pending operation can be "
                         f"cancelled.")
-        now = timezone.now()
         operation.cancel()
-        operation.completed_at = operation.updated_at = now
-        operation.lease_expires_at = None
-        operation.save()
-        envelope = ActionEnvelope.objects.get(action_id=operation.envelope_id)
-        payment_release(action_id=envelope.action_id, actor=actor)
-        _envelope_set_status(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation_id, actor=actor)
-        ledger_append(event_type="operation.cancelled", resource_type=OPERATION_RESOURCE, resource_id=operation_id,
-                      actor=actor, payload=action_trail(envelope))
-        _enqueue_callback(operation)
+        operation_cancelled_record(operation=operation, actor=actor)
     return operation
 
 

@@ -11,15 +11,11 @@ from rest_framework import serializers
 
 from agp_project.http.schema import ErrorObjectSerializer
 from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
-from agp_project.http.viewsets import absolute_url
+from agp_project.http.viewsets import absolute_url, operation_path
 
 from .choices import OperationStatus, ReceiptStatus
 from .documents import receipt_document
 from .models import Operation
-
-
-def operation_path(operation_id: str) -> str:
-    return f"/agp/operations/{operation_id}"
 
 
 def envelope_path(action_id: str) -> str:

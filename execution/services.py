@@ -1,6 +1,6 @@
 """Submitting action envelopes (CONTRACT C8): validate only, or validate and accept.
 
-Both paths run all ten checks (``execution.checks``). A rejection is recorded in the
+Both paths run all eleven checks (``execution.checks``). A rejection is recorded in the
 ledger (``envelope.rejected``) in its own committed transaction and only then raised as
 ``PrerequisiteFailed``: the error handler does not roll back 4xx responses, and the
 idempotency middleware commits the request transaction for them, so the record of the
@@ -28,13 +28,13 @@ from agp_project.ids import new_id
 from agp_project.signing import get_signer, sign_resource
 from agp_project.timeutil import iso
 from core.ledger import ledger_append, ledger_batch, ledger_record
+from core.outbox import outbox_enqueue
 
 from .budgets import BudgetExhausted, payment_reserve
 from .checks import CHECK_NAMES, CheckReport, EnvelopeInputs, envelope_checks
 from .choices import EXECUTE_TASK
 from .documents import envelope_document
 from .models import ActionEnvelope, Operation
-from .outbox import outbox_enqueue
 from .selectors import action_trail
 
 BROKER_TIMEOUT_SECONDS = 1.0

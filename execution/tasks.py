@@ -17,11 +17,15 @@ from celery.signals import task_postrun, task_prerun, worker_process_init, worke
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from agp_project.errors import AGPError
+from decision.backtests import backtest_run, backtests_recover
+from decision.choices import BACKTEST_TASK
+from registry.choices import FREEZE_TASK
 
 from .callbacks import callback_deliver, callbacks_recover
 from .choices import CALLBACK_TASK, EXECUTE_TASK
-from .outbox import outbox_sweep as _outbox_sweep
+from .freezes import freezes_enforce
 from .runner import operation_execute, operations_recover
+from .selectors import action_ids_citing
 
 logger = logging.getLogger(__name__)
 
@@ -55,17 +59,31 @@ def deliver_callback(self, operation_id: str) -> str:
     return outcome.outcome
 
 
-@shared_task(name="agp.outbox_sweep")
-def outbox_sweep() -> int:
-    """Publish outbox messages a crash between commit and publish left behind."""
-    return _outbox_sweep()
+@shared_task(name=FREEZE_TASK, autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=10,
+             max_retries=None)
+def enforce_freeze(freeze_id: str) -> int:
+    """Cancel the operations a new freeze stops that were not yet passed to their connector (C13)."""
+    return freezes_enforce(freeze_id=freeze_id)
+
+
+@shared_task(name=BACKTEST_TASK, bind=True, autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60,
+             max_retries=8)
+def run_backtest(self, backtest_id: str) -> str:
+    """Re-evaluate a backtest's window under its candidate (decision/backtests.py).
+
+    Registered here, not in decision: a change names the envelopes that cited the
+    evaluation, which only execution can read; it hands that reader to the service.
+    """
+    return backtest_run(backtest_id=backtest_id, executor=executor_name(self.request.hostname),
+                        action_ids_of=action_ids_citing)
 
 
 @shared_task(name="agp.recover_operations")
 def recover_operations() -> int:
-    """Re-enqueue pending operations whose message was lost, running ones whose worker died,
-    and callback deliveries whose retry message was lost."""
-    return operations_recover() + callbacks_recover()
+    """Re-enqueue pending operations and backtests whose message was lost, running ones whose
+    worker died, and callback deliveries whose retry message was lost; cancel what an active
+    freeze stops, should the freeze's own task have been lost."""
+    return operations_recover() + callbacks_recover() + freezes_enforce() + backtests_recover()
 
 
 @worker_process_init.connect

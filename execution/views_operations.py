@@ -3,8 +3,18 @@
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
+from agp_project import errors
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
-from auth_tokens.scopes import OPERATION_SCOPES
+from auth_tokens.permissions import scopes_require
+from auth_tokens.scopes import (
+    BACKTEST_OPERATION_WRITE_SCOPES,
+    ENVELOPE_OPERATION_WRITE_SCOPES,
+    OPERATION_SCOPES,
+    OPERATION_WRITE_SCOPES,
+)
+from decision.backtests import backtest_cancel
+from decision.selectors import backtest_by_operation
+from decision.serializers import backtest_operation_representation
 
 from .models import Operation, Receipt
 from .runner import operation_cancel, receipt_submit
@@ -17,7 +27,11 @@ from .serializers_operations import (
 
 
 class OperationViewSet(AGPViewSet):
-    """The asynchronous operation of an envelope submitted with ``Prefer: respond-async``."""
+    """The asynchronous operations: an envelope's (``Prefer: respond-async``) and a backtest's (C14).
+
+    Both kinds share the path and the Operation body; a backtest's adds ``progress``. The
+    envelope's operation is looked for first (one query), then the backtest's.
+    """
 
     queryset = Operation.objects.all()
     serializer_class = OperationSerializer
@@ -26,19 +40,43 @@ class OperationViewSet(AGPViewSet):
     scope_group = "execution"
     # The spec lists the path in both the Execution and the Decision API groups.
     read_scopes = OPERATION_SCOPES
+    # Which of these a PATCH needs depends on the operation's kind (checked once it is found).
+    write_scopes = {"partial_update": OPERATION_WRITE_SCOPES}
 
-    @extend_schema(responses=OperationSerializer, operation_id="operations_retrieve")
+    def _not_found(self, operation_id: str) -> errors.NotFound:
+        return errors.NotFound(f"No operation with id {operation_id!r}.")
+
+    @extend_schema(responses=OperationSerializer, operation_id="operations_retrieve",
+                   description="An envelope's or a backtest's operation; a backtest's also carries `progress` "
+                               "(`evaluations` re-evaluated of `total`).")
     def retrieve(self, request, *args, **kwargs):
-        return Response(operation_representation(self.get_object(), request=request))
+        operation_id = kwargs[self.lookup_field]
+        operation = Operation.objects.filter(operation_id=operation_id).first()
+        if operation is not None:
+            return Response(operation_representation(operation, request=request))
+        backtest = backtest_by_operation(operation_id=operation_id)
+        if backtest is None:
+            raise self._not_found(operation_id)
+        return Response(backtest_operation_representation(backtest, request=request))
 
     @extend_schema(request=OperationStatusSerializer, responses=OperationSerializer,
                    operation_id="operations_partial_update",
-                   description="Cancel a pending operation: its budget reservation is released and no worker "
-                               "executes it. Any other state is 409 AGP_INVALID_TRANSITION.")
+                   description="Cancel a pending envelope operation (its budget reservation is released and no "
+                               "worker executes it; needs agp.execution.write), or a pending or running backtest "
+                               "(its worker stops; needs agp.policy.write or agp.decision.write). Any other state "
+                               "is 409 AGP_INVALID_TRANSITION.")
     def partial_update(self, request, *args, **kwargs):
         self.parse(serializer_class=OperationStatusSerializer)  # {"status": "cancelled"} only
-        operation = operation_cancel(operation_id=kwargs[self.lookup_field], actor=self.actor)
-        return Response(operation_representation(operation, request=request))
+        operation_id = kwargs[self.lookup_field]
+        if Operation.objects.filter(operation_id=operation_id).exists():
+            scopes_require(request, ENVELOPE_OPERATION_WRITE_SCOPES)
+            operation = operation_cancel(operation_id=operation_id, actor=self.actor)
+            return Response(operation_representation(operation, request=request))
+        if backtest_by_operation(operation_id=operation_id) is None:
+            raise self._not_found(operation_id)
+        scopes_require(request, BACKTEST_OPERATION_WRITE_SCOPES)
+        backtest = backtest_cancel(operation_id=operation_id, actor=self.actor)
+        return Response(backtest_operation_representation(backtest, request=request))
 
 
 class ReceiptViewSet(CreateMixin, AGPViewSet):

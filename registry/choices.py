@@ -69,5 +69,22 @@ class AttestationLevel(models.TextChoices):
     CERTIFIED = "certified"
 
 
+class FreezeTarget(models.TextChoices):
+    AGENT = "agent"
+    ROOT_PRINCIPAL = "root_principal"
+    TOOL = "tool"
+    ALL = "all"
+
+
+class FreezeStatus(models.TextChoices):
+    ACTIVE = "active"
+    LIFTED = "lifted"
+
+
 # Terminal states, named once.
 POLICY_SET_TERMINAL = PolicySetStatus.REVOKED
+FREEZE_TERMINAL = FreezeStatus.LIFTED
+
+# The Celery task (registered by execution, the app that owns operations) that cancels the
+# operations a new freeze stops; the registry makes it due through the outbox, by name.
+FREEZE_TASK = "agp.enforce_freeze"

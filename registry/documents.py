@@ -6,7 +6,7 @@ from typing import Any
 
 from agp_project.timeutil import iso
 
-from .models import Delegation, PolicySet
+from .models import Delegation, Freeze, PolicySet
 
 # What a delegation link's signature does not cover: the fields that change after issue.
 LINK_UNSIGNED_FIELDS = ("signature", "status", "revoked_at")
@@ -55,7 +55,7 @@ def delegation_link_payload(document: dict[str, Any], *, includes_own_signature:
 
 def policy_set_document(policy_set: PolicySet) -> dict[str, Any]:
     """A policy set (PolicySet), as rendered; its signature covers the rest, status included."""
-    return {
+    document = {
         "type": "PolicySet",
         "policy_set_id": policy_set.policy_set_id,
         "name": policy_set.name,
@@ -74,8 +74,32 @@ def policy_set_document(policy_set: PolicySet) -> dict[str, Any]:
         "effective_from": _iso_or_none(policy_set.effective_from),
         "expires_at": _iso_or_none(policy_set.expires_at),
         "supersedes": policy_set.supersedes,
-        "tests": list(policy_set.tests),
-        "test_summary": policy_set.test_summary,
         "signature": policy_set.signature or None,
         "created_at": iso(policy_set.created_at),
+    }
+    # Rendered when set only: the signatures of sets issued before shadows and tests existed
+    # cover a representation without these members, and must still verify.
+    if policy_set.shadow_of_id is not None:
+        document["shadow_of"] = policy_set.shadow_of_id
+    if policy_set.tests:
+        document["tests"] = list(policy_set.tests)
+        document["test_summary"] = policy_set.test_summary
+    return document
+
+
+def freeze_document(freeze: Freeze) -> dict[str, Any]:
+    """An emergency stop (Freeze), as rendered; signed at creation and again when lifted."""
+    return {
+        "type": "Freeze",
+        "freeze_id": freeze.freeze_id,
+        "target_type": str(freeze.target_type),
+        # The model keeps "" for "none"; the resource says null.
+        "target_id": freeze.target_id or None,
+        "reason": freeze.reason,
+        "frozen_by": freeze.frozen_by,
+        "status": str(freeze.status),
+        "lifted_at": _iso_or_none(freeze.lifted_at),
+        "lifted_by": freeze.lifted_by or None,
+        "signature": freeze.signature or None,
+        "created_at": iso(freeze.created_at),
     }

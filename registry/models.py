@@ -8,6 +8,8 @@ from .choices import (
     ActiveStatus,
     AttestationLevel,
     Connector,
+    FreezeStatus,
+    FreezeTarget,
     PolicySetStatus,
     RevocationTarget,
     RiskLevel,
@@ -142,6 +144,10 @@ class PolicySet(ConcurrentTransitionMixin, models.Model):
     # summary; both covered by the signature (CONTRACT C12).
     tests = models.JSONField(default=list, blank=True)
     test_summary = models.JSONField(null=True, blank=True)
+    # C14: a shadow is evaluated beside every evaluation of the set it shadows, while it is
+    # active; it never decides anything and no envelope may cite an evaluation of it.
+    shadow_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="shadows",
+                                  to_field="policy_set_id", db_column="shadow_of")
     signature = models.JSONField(default=dict)
     created_at = models.DateTimeField()
 
@@ -240,3 +246,40 @@ class Revocation(models.Model):
 
     def __str__(self):
         return f"{self.target_type}:{self.target_id}"
+
+
+class Freeze(ConcurrentTransitionMixin, models.Model):
+    """An operator's emergency stop (CONTRACT C13): while ``active``, nothing of the agent, root
+    principal or tool it names (everything, for ``all``) acts; ``lifted`` is final.
+
+    Unlike a revocation it changes no other record: every place that must stop asks
+    whether an active freeze matches (``registry.selectors.freezes_matching``), so lifting
+    it restores exactly what it stopped, except the operations it cancelled.
+    """
+
+    freeze_id = models.CharField(max_length=128, unique=True)
+    target_type = models.CharField(max_length=16, choices=FreezeTarget.choices)
+    # Empty for ``all``.
+    target_id = models.CharField(max_length=128, blank=True, default="")
+    reason = models.TextField()
+    frozen_by = models.CharField(max_length=128)
+    status = FSMField(max_length=16, choices=FreezeStatus.choices, default=FreezeStatus.ACTIVE, protected=True)
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lifted_by = models.CharField(max_length=128, blank=True, default="")
+    signature = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # Every envelope check asks for the active freezes of its agent, principal and tool:
+            # a small partial index, however many freezes were ever lifted.
+            models.Index(fields=["target_type", "target_id"], condition=models.Q(status=FreezeStatus.ACTIVE),
+                         name="freeze_active_target"),
+        ]
+
+    def __str__(self):
+        return f"{self.freeze_id} ({self.target_type}{':' + self.target_id if self.target_id else ''})"
+
+    @transition(field=status, source=FreezeStatus.ACTIVE, target=FreezeStatus.LIFTED)
+    def lift(self):
+        """active -> lifted: matching work may act again; what the freeze cancelled stays cancelled."""

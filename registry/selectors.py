@@ -12,12 +12,13 @@ revocation cascade's materialisation for lists, not the only guard.
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from .choices import ActiveStatus, RevocationTarget
-from .models import Delegation, Revocation, path_pks
+from .choices import ActiveStatus, FreezeStatus, FreezeTarget, RevocationTarget
+from .models import Delegation, Freeze, Revocation, path_pks
 from .scopes import scope_covers
 
 # Parent discovery reads the chains of this many newest candidates first, then (only if
@@ -37,6 +38,34 @@ def agents_revoked(*, agent_ids: Iterable[str]) -> set[str]:
 
 def agent_is_revoked(*, agent_id: str) -> bool:
     return bool(agents_revoked(agent_ids=[agent_id]))
+
+
+# --- freezes ------------------------------------------------------------------------------
+def freezes_matching(*, agent_id: Any = None, root_principal: Any = None, tool_id: Any = None) -> QuerySet[Freeze]:
+    """The active freezes that stop an actor (CONTRACT C13), oldest first: ``all`` freezes and
+    those naming its agent, its root principal or its tool (one query).
+
+    A value left None is not matched (a delegation names no tool); each may be an
+    expression such as ``OuterRef("root_principal")`` inside a subquery.
+    """
+    match = Q(target_type=FreezeTarget.ALL)
+    for target_type, value in ((FreezeTarget.AGENT, agent_id), (FreezeTarget.ROOT_PRINCIPAL, root_principal),
+                               (FreezeTarget.TOOL, tool_id)):
+        if value is not None:
+            match |= Q(target_type=target_type, target_id=value)
+    return Freeze.objects.filter(match, status=FreezeStatus.ACTIVE).order_by("pk")
+
+
+def freeze_summaries(freezes: Iterable[Freeze]) -> list[dict[str, Any]]:
+    """How a refusal names the freezes that caused it (``details.freezes`` of 409 AGP_FROZEN)."""
+    return [{"freeze_id": f.freeze_id, "target_type": f.target_type, "target_id": f.target_id or None}
+            for f in freezes]
+
+
+def freeze_targets_text(freezes: Iterable[Freeze]) -> str:
+    """``freeze 'frz_1' (agent 'a-7'), freeze 'frz_2' (all)`` for messages and check reasons."""
+    return ", ".join(f"freeze {f.freeze_id!r} ({f.target_type}" + (f" {f.target_id!r})" if f.target_id else ")")
+                     for f in freezes)
 
 
 # --- delegations --------------------------------------------------------------------------

@@ -23,6 +23,8 @@ from .choices import (
     ActiveStatus,
     AttestationLevel,
     Connector,
+    FreezeStatus,
+    FreezeTarget,
     PolicySetStatus,
     RegulatoryFramework,
     RevocationTarget,
@@ -30,7 +32,7 @@ from .choices import (
     SkillStatus,
     TaskStatus,
 )
-from .documents import delegation_document, policy_set_document
+from .documents import delegation_document, freeze_document, policy_set_document
 from .scopes import is_valid_scope
 
 # A chain's depth is bounded by the hops its root grants; 64 keeps every materialised
@@ -151,9 +153,18 @@ class PolicySetSerializer(StrictSerializer):
     supersedes = IdField(required=False, allow_null=True)
     tests = PolicyTestSerializer(many=True, required=False, min_length=1, max_length=500, help_text=(
         "Tests run before the set is stored: any failure is a 422 AGP_POLICY_TEST_FAILED and nothing is stored."))
-    test_summary = PolicyTestSummarySerializer(read_only=True, allow_null=True)
+    # Answered only with ``tests`` (absent otherwise, so not a required member); set by the service.
+    test_summary = PolicyTestSummarySerializer(required=False, allow_null=True, help_text=(
+        "Set by the service when the set has tests: `{passed, failed}`. Sending it is a 400."))
+    shadow_of = IdField(source="shadow_of_id", required=False, allow_null=True, help_text=(
+        "Makes this set a shadow of that (active or deprecated) set: while this one is active, every evaluation "
+        "of that set also evaluates this one and records the result in `shadow_results`. A shadow never "
+        "changes an outcome, and no envelope can cite an evaluation of it."))
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+
+    def validate_test_summary(self, value):
+        raise serializers.ValidationError("This field is read-only.")
 
     def validate_tests(self, value):
         names = [test["name"] for test in value]
@@ -387,3 +398,50 @@ class RevocationSerializer(StrictSerializer):
     revoked_at = serializers.DateTimeField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
 
+
+
+# --- freezes ------------------------------------------------------------------------------
+class FreezeSerializer(StrictSerializer):
+    """An emergency stop of an agent, a root principal, a tool, or everything (C13).
+
+    ``target_id`` is the agent, principal or tool id; absent (rendered null) for ``all``.
+    The signature covers the freeze as rendered: issued at creation, issued again on lifting.
+    """
+
+    type_name = "Freeze"
+
+    freeze_id = IdField(required=False)
+    target_type = serializers.ChoiceField(choices=FreezeTarget.choices)
+    target_id = AgentField(required=False, allow_null=True,
+                           help_text="The agent, root principal or tool id; absent for `all`.")
+    reason = serializers.CharField(max_length=4096)
+    frozen_by = serializers.CharField(max_length=128, required=False,
+                                      help_text="Defaults to the calling client.")
+    status = serializers.ChoiceField(choices=FreezeStatus.choices, read_only=True)
+    lifted_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    lifted_by = serializers.CharField(read_only=True, allow_null=True)
+    signature = SignatureSerializer(read_only=True)
+    created_at = serializers.DateTimeField(required=False)
+
+    def validate(self, attrs):
+        target_type, target_id = attrs["target_type"], attrs.get("target_id")
+        if target_type == FreezeTarget.ALL:
+            if target_id is not None:
+                raise serializers.ValidationError({"target_id": ["Must be absent when target_type is 'all'."]})
+        elif not target_id:
+            raise serializers.ValidationError({"target_id": [f"Required when target_type is {target_type!r}."]})
+        elif target_type == FreezeTarget.TOOL and not re.match(TOOL_PATTERN, target_id):
+            raise serializers.ValidationError({"target_id": [TOOL_MESSAGE]})
+        return attrs
+
+    def to_representation(self, instance):
+        return freeze_document(instance)
+
+
+class FreezeLiftSerializer(StrictSerializer):
+    """``PATCH /agp/freezes/{id}``: ``{"status": "lifted", "lifted_by"}`` (``lifted_by`` defaults to the client)."""
+
+    type_name = "Freeze"
+
+    status = serializers.ChoiceField(choices=FreezeStatus.choices)
+    lifted_by = serializers.CharField(max_length=128, required=False)

@@ -38,11 +38,33 @@ from agp_project.signing import sign_resource
 from agp_project.timeutil import not_in_future
 from core import engine
 from core.ledger import ledger_append
+from core.outbox import outbox_enqueue
 
 from . import selectors
-from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, SkillStatus, TaskStatus
-from .documents import delegation_document, delegation_link_payload, policy_set_document
-from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_pks, path_segment
+from .choices import (
+    FREEZE_TASK,
+    ActiveStatus,
+    Connector,
+    FreezeStatus,
+    FreezeTarget,
+    PolicySetStatus,
+    RevocationTarget,
+    SkillStatus,
+    TaskStatus,
+)
+from .documents import delegation_document, delegation_link_payload, freeze_document, policy_set_document
+from .models import (
+    Capability,
+    Delegation,
+    Freeze,
+    LiabilityBinding,
+    PolicySet,
+    Revocation,
+    Skill,
+    Task,
+    path_pks,
+    path_segment,
+)
 from .scopes import scope_covers, tool_scope
 from .tool_pins import tool_pins_from_listing
 
@@ -96,6 +118,20 @@ def _refuse_revoked_agents(agent_ids: Iterable[str]) -> None:
                               details={"revoked_agents": sorted(revoked)})
 
 
+def refuse_frozen(*, acting: str, agent_id: str | None = None, root_principal: str | None = None,
+                  tool_id: str | None = None) -> None:
+    """409 ``AGP_FROZEN`` when an active freeze stops the agent, the root principal or the tool (C13).
+
+    One query. ``acting`` says what was refused ("a delegation", "a policy evaluation").
+    Not serialised against a freeze being created at the same instant: what such a record
+    would let through, the envelope checks still stop (docs/decisions/operator-controls.md).
+    """
+    freezes = list(selectors.freezes_matching(agent_id=agent_id, root_principal=root_principal, tool_id=tool_id))
+    if freezes:
+        raise errors.Frozen(f"Refused {acting}: {selectors.freeze_targets_text(freezes)} is active.",
+                            details={"freezes": selectors.freeze_summaries(freezes)})
+
+
 def _timestamp(value: datetime | None, *, field: str, now: datetime) -> datetime:
     """A client-given record timestamp (default now); more than a minute ahead is a 400."""
     return now if value is None else not_in_future(value, field=field, now=now)
@@ -147,7 +183,8 @@ def delegation_create(
     ``AGP_DELEGATION_SCOPE_VIOLATION`` when no usable parent covers the scope; 409
     ``AGP_CONFLICT`` when the delegate (or a root's principal) is a revoked agent; 409
     ``AGP_DELEGATION_SCOPE_VIOLATION`` for a cycle; 409 ``AGP_DELEGATION_HOP_LIMIT``;
-    409 ``AGP_DELEGATION_SCOPE_VIOLATION`` for spend, then expiry.
+    409 ``AGP_DELEGATION_SCOPE_VIOLATION`` for spend, then expiry. Before any of the 409s:
+    409 ``AGP_FROZEN`` when the delegator or the root principal is frozen (C13).
     """
     now = timezone.now()
     constraints = constraints or {}
@@ -161,6 +198,7 @@ def delegation_create(
     is_root = delegator_agent == root_principal
     if is_root and expires_at is None:
         raise errors.invalid_fields({"expires_at": ["Required for a root delegation."]})
+    refuse_frozen(acting="a delegation", agent_id=delegator_agent, root_principal=root_principal)
 
     with transaction.atomic():
         _lock_agents([delegator_agent, delegate_agent])
@@ -333,14 +371,19 @@ def policy_set_create(
     effective_from: datetime | None = None,
     expires_at: datetime | None = None,
     supersedes: str | None = None,
+    shadow_of_id: str | None = None,
     tests: list[dict[str, Any]] | None = None,
     created_at: datetime | None = None,
 ) -> PolicySet:
-    """Store a Rego ruleset with its verified hash, ``active`` and signed (CONTRACT C6, C12).
+    """Store a Rego ruleset with its verified hash, ``active`` and signed (CONTRACT C6, C12, C14).
 
     The ruleset must compile (OPA 1.0 syntax) and define ``allow`` (else 400, the engine's
     message in ``details.ruleset``), and pass its own ``tests`` (else 422
     ``AGP_POLICY_TEST_FAILED``): nothing is stored otherwise.
+
+    ``shadow_of_id`` (the API's ``shadow_of``, C14) makes it a shadow of an existing set that
+    is not revoked and not itself a shadow (one level: a shadow of a shadow would never be
+    evaluated); anything else is a 400.
     """
     now = timezone.now()
     computed = bytes_hash(ruleset.encode("utf-8"))
@@ -361,6 +404,9 @@ def policy_set_create(
             raise errors.invalid_fields({"supersedes": ["A policy set cannot supersede itself."]})
         if not PolicySet.objects.filter(policy_set_id=supersedes).exists():
             raise errors.invalid_fields({"supersedes": [f"No policy set with id {supersedes!r}."]})
+    if shadow_of_id is not None:
+        _refuse_to_shadow(PolicySet.objects.filter(policy_set_id=shadow_of_id).first(), shadow_of_id=shadow_of_id,
+                          policy_set_id=policy_set_id)
 
     policy_set = PolicySet(
         policy_set_id=policy_set_id, name=name, version=version, publisher=publisher,
@@ -368,7 +414,8 @@ def policy_set_create(
         ruleset=ruleset, ruleset_hash=computed, ruleset_engine=ruleset_engine,
         ruleset_engine_version=ruleset_engine_version, ruleset_uri=ruleset_uri,
         certifying_body=certifying_body, status=status, effective_from=effective_from, expires_at=expires_at,
-        supersedes=supersedes, tests=tests, test_summary=test_summary, created_at=created_at,
+        supersedes=supersedes, shadow_of_id=shadow_of_id, tests=tests, test_summary=test_summary,
+        created_at=created_at,
         **({"attestation_level": attestation_level} if attestation_level else {}))
     _policy_set_sign(policy_set)
     with transaction.atomic():
@@ -376,8 +423,21 @@ def policy_set_create(
         ledger_append(event_type="policy_set.created", resource_type="PolicySet",
                       resource_id=policy_set.policy_set_id, actor=actor,
                       payload={"ruleset_hash": computed, "name": name, "version": version,
-                               "supersedes": supersedes})
+                               "supersedes": supersedes, "shadow_of": shadow_of_id})
     return policy_set
+
+
+def _refuse_to_shadow(shadowed: PolicySet | None, *, shadow_of_id: str, policy_set_id: str) -> None:
+    if shadow_of_id == policy_set_id:
+        raise errors.invalid_fields({"shadow_of": ["A policy set cannot shadow itself."]})
+    if shadowed is None:
+        raise errors.invalid_fields({"shadow_of": [f"No policy set with id {shadow_of_id!r}."]})
+    if shadowed.shadow_of_id is not None:
+        raise errors.invalid_fields({"shadow_of": [
+            f"Policy set {shadow_of_id!r} is itself a shadow (of {shadowed.shadow_of_id!r}); shadow that one."]})
+    if shadowed.status == PolicySetStatus.REVOKED:
+        raise errors.invalid_fields({"shadow_of": [
+            f"Policy set {shadow_of_id!r} is revoked: nothing evaluates it any more."]})
 
 
 _POLICY_SET_MOVES = {PolicySetStatus.DEPRECATED: "deprecate", PolicySetStatus.REVOKED: "revoke"}
@@ -737,3 +797,69 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
                           resource_id=resource_id, actor=actor,
                           payload={"revocation_id": revocation.revocation_id, "cascade": not direct})
     return revocation
+
+
+# --- freezes ------------------------------------------------------------------------------
+def _freeze_sign(freeze: Freeze) -> None:
+    """(Re-)sign the freeze as rendered: issued on creation and again when it is lifted."""
+    freeze.signature = None
+    freeze.signature = sign_resource(freeze_document(freeze))
+
+
+def freeze_create(*, actor: str, target_type: str, reason: str, target_id: str | None = None,
+                  frozen_by: str | None = None, freeze_id: str | None = None,
+                  created_at: datetime | None = None) -> Freeze:
+    """Freeze an agent, a root principal, a tool or everything, at once (CONTRACT C13).
+
+    In this transaction: the signed freeze, its ledger event (``freeze.created``), and the
+    outbox message of the task that cancels the operations it stops (``FREEZE_TASK``,
+    which execution registers): those still ``pending`` and those waiting for an external
+    executor's receipt. Everything else consults the freeze where it acts: envelopes fail
+    the check ``freeze``, evaluations and delegations are 409 ``AGP_FROZEN``, and a worker's
+    claim re-checks it before the connector call. Several freezes may name one target;
+    each is lifted on its own.
+    """
+    now = timezone.now()
+    freeze = Freeze(freeze_id=freeze_id or new_id("frz"), target_type=target_type,
+                    target_id="" if target_type == FreezeTarget.ALL else (target_id or ""), reason=reason,
+                    frozen_by=frozen_by or actor, status=FreezeStatus.ACTIVE,
+                    created_at=_timestamp(created_at, field="created_at", now=now))
+    _freeze_sign(freeze)
+    with transaction.atomic():
+        _insert(freeze, id_field="freeze_id", type_name="freeze")
+        outbox_enqueue(task_name=FREEZE_TASK, args=[freeze.freeze_id])
+        ledger_append(event_type="freeze.created", resource_type="Freeze", resource_id=freeze.freeze_id,
+                      actor=actor, payload={"target_type": target_type, "target_id": freeze.target_id or None,
+                                            "reason": reason, "frozen_by": freeze.frozen_by,
+                                            "payload_hash": freeze.signature["payload_hash"]})
+    return freeze
+
+
+def freeze_lift(*, actor: str, freeze_id: str, status: str, lifted_by: str | None = None) -> Freeze:
+    """``PATCH /agp/freezes/{id}``: ``active -> lifted``, re-signed, ledgered ``freeze.lifted``.
+
+    Forward only: any other move, lifting twice included, is 409 ``AGP_INVALID_TRANSITION``;
+    an unknown id is 404. Operations the freeze cancelled stay cancelled.
+    """
+    with transaction.atomic():
+        # The row lock queues two concurrent lifts: the second reads "lifted" and is refused.
+        freeze = Freeze.objects.select_for_update().filter(freeze_id=freeze_id).first()
+        if freeze is None:
+            raise errors.NotFound(f"No freeze with id {freeze_id!r}.")
+        source = freeze.status
+        if status != FreezeStatus.LIFTED or not can_proceed(freeze.lift):
+            raise errors.InvalidTransition(
+                from_state=source, to_state=status,
+                allowed=sorted(str(t.target) for t in freeze.get_available_status_transitions()))
+        freeze.lift()
+        freeze.lifted_at = timezone.now()
+        freeze.lifted_by = lifted_by or actor
+        _freeze_sign(freeze)
+        try:
+            freeze.save()
+        except ConcurrentTransition:
+            raise errors.InvalidTransition(from_state=FreezeStatus.LIFTED, to_state=status, allowed=[]) from None
+        ledger_append(event_type="freeze.lifted", resource_type="Freeze", resource_id=freeze.freeze_id,
+                      actor=actor, payload={"from": source, "to": status, "lifted_by": freeze.lifted_by,
+                                            "payload_hash": freeze.signature["payload_hash"]})
+    return freeze

@@ -3,6 +3,7 @@ from rest_framework.routers import SimpleRouter
 from .views import (
     CapabilityViewSet,
     DelegationViewSet,
+    FreezeViewSet,
     LiabilityBindingViewSet,
     PolicySetViewSet,
     RevocationViewSet,
@@ -18,5 +19,6 @@ router.register("capabilities", CapabilityViewSet, basename="capability")
 router.register("liability-bindings", LiabilityBindingViewSet, basename="liability-binding")
 router.register("skills", SkillViewSet, basename="skill")
 router.register("revocations", RevocationViewSet, basename="revocation")
+router.register("freezes", FreezeViewSet, basename="freeze")
 
 urlpatterns = router.urls

@@ -6,10 +6,12 @@ from agp_project.http.schema import ExactFilterSchema, KeysetPaginationSchema, d
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from . import services
-from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
+from .models import Capability, Delegation, Freeze, LiabilityBinding, PolicySet, Revocation, Skill, Task
 from .serializers import (
     CapabilitySerializer,
     DelegationChainSerializer,
+    FreezeLiftSerializer,
+    FreezeSerializer,
     LiabilityBindingSerializer,
     PolicySetSerializer,
     PolicySetStatusSerializer,
@@ -30,9 +32,9 @@ class RegistryViewSet(CreateMixin, AGPViewSet):
 
 @documented(DelegationChainSerializer, create={409: (
     "AGP_DELEGATION_SCOPE_VIOLATION (no usable parent covers the scope; cycle; spend or expiry beyond the "
-    "parent's), AGP_DELEGATION_HOP_LIMIT (the parent has no hops left, or more were asked), or AGP_CONFLICT "
+    "parent's), AGP_DELEGATION_HOP_LIMIT (the parent has no hops left, or more were asked), AGP_FROZEN (an "
+    "active freeze stops the delegator or the root principal; `details.freezes`) or AGP_CONFLICT "
     "(duplicate id; the delegate is a revoked agent).")})
-
 class DelegationViewSet(RegistryViewSet):
     """Delegation links (``DelegationChain``): the server finds the parent and attenuates (C5)."""
 
@@ -58,7 +60,7 @@ class PolicySetViewSet(RegistryViewSet):
     collection = "policy-sets"
     lookup_field = "policy_set_id"
     filter_fields = {"status": "status", "name": "name", "version": "version", "publisher": "publisher",
-                     "supersedes": "supersedes", "ruleset_hash": "ruleset_hash"}
+                     "supersedes": "supersedes", "ruleset_hash": "ruleset_hash", "shadow_of": "shadow_of_id"}
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def perform_create(self, validated, actor):
@@ -153,3 +155,29 @@ class RevocationViewSet(RegistryViewSet):
 
     def perform_create(self, validated, actor):
         return services.revocation_create(actor=actor, **validated)
+
+
+@documented(FreezeSerializer, patch=FreezeLiftSerializer, patch_errors={409: (
+    "AGP_INVALID_TRANSITION: only active -> lifted, once (`details.from`, `details.to`, `details.allowed`).")})
+class FreezeViewSet(RegistryViewSet):
+    """Emergency stops of an agent, a root principal, a tool or everything (C13); lifting is forward only.
+
+    Creating and lifting need agp.revocation.write; reading, the registry scopes.
+    """
+
+    queryset = Freeze.objects.all()
+    serializer_class = FreezeSerializer
+    collection = "freezes"
+    lookup_field = "freeze_id"
+    filter_fields = {"target_type": "target_type", "target_id": "target_id", "status": "status",
+                     "frozen_by": "frozen_by"}
+    http_method_names = ["get", "post", "patch", "head", "options"]
+    write_scopes = {"create": "agp.revocation.write", "partial_update": "agp.revocation.write"}
+
+    def perform_create(self, validated, actor):
+        return services.freeze_create(actor=actor, **validated)
+
+    def partial_update(self, request, *args, **kwargs):
+        validated = self.parse(serializer_class=FreezeLiftSerializer)
+        instance = services.freeze_lift(actor=self.actor, freeze_id=kwargs[self.lookup_field], **validated)
+        return Response(self.render(instance))

@@ -54,6 +54,11 @@ def absolute_url(request, path: str) -> str:
     return request.build_absolute_uri(path) if request is not None else path
 
 
+def operation_path(operation_id: str) -> str:
+    """Where an asynchronous Operation is read, whichever app runs it (envelopes, backtests)."""
+    return f"/agp/operations/{operation_id}"
+
+
 class AGPViewSet(viewsets.GenericViewSet):
     """Declarative resource viewset.
 

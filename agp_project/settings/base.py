@@ -258,6 +258,8 @@ SPECTACULAR_SETTINGS = {
         "PolicySetStatusEnum": "registry.choices.PolicySetStatus.choices",
         "OpenClosedStatusEnum": "registry.choices.TaskStatus.choices",  # tasks and commerce sessions
         "DecisionStatusEnum": "decision.choices.DecisionStatus.choices",
+        "FreezeStatusEnum": "registry.choices.FreezeStatus.choices",
+        "OperationStatusEnum": "decision.choices.BacktestStatus.choices",  # an Operation's, a backtest's too
         "EthicalFrameworkEnum": "decision.choices.EthicalFramework.choices",
         "SeverityEnum": "decision.choices.Severity.choices",  # severity and magnitude
     },

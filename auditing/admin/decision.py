@@ -2,15 +2,17 @@
 
 Every model here is read-only for everyone: decisions and escalations move only through
 their state machines, approvals and assessments are signed and immutable, evaluations and
-hashed bundles are evidence, and a commerce session's amounts move only with payments.
+hashed bundles are evidence, a commerce session's amounts move only with payments, and a
+backtest is written only by its own run.
 """
 
 from django.contrib import admin
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json
 from decision.models import (
     Approval,
+    Backtest,
     CommerceSession,
     Context,
     Decision,
@@ -20,7 +22,7 @@ from decision.models import (
     PolicyEvaluation,
 )
 from execution.models import ActionEnvelope, Payment
-from registry.models import Delegation, Task
+from registry.models import Delegation, PolicySet, Task
 
 TASK_FILTER = id_filter("task", "task_id")
 AGENT_FILTER = id_filter("agent", "agent_id")
@@ -218,3 +220,58 @@ class CommerceSessionAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
     def payments(self, obj):
         return id_link(Payment, "session_id", obj.session_id, "payments on this session")
 
+
+
+@admin.register(Backtest)
+class BacktestAdmin(ReadOnlyModelAdmin):
+    """A candidate policy set re-evaluated over recorded evaluations (C14): its summary and its changes."""
+
+    list_display = ("backtest_id", "candidate_link", "status", "evaluations", "newly_denied", "newly_allowed",
+                    "approval_changed", "errors", "since", "until", "created_at")
+    list_filter = (id_filter("policy set", "policy_set_id"), id_filter("baseline", "baseline_policy_set_id"),
+                   "status", "created_at")
+    search_fields = ("backtest_id", "=operation_id", "=policy_set__policy_set_id", "requested_by")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    linked_fields = ("summary", "reasons", "changes_table")
+    exclude = ("changes", "by_reason")
+
+    @admin.display(description="candidate", ordering="policy_set_id")
+    def candidate_link(self, obj):
+        return id_link(PolicySet, "policy_set_id", obj.policy_set_id)
+
+    @admin.display(description="summary")
+    def summary(self, obj):
+        window = (f"{obj.since:%Y-%m-%d %H:%M} – {obj.until:%Y-%m-%d %H:%M}"
+                  + (f", baseline {obj.baseline_policy_set_id}" if obj.baseline_policy_set_id else ", every set")
+                  + (f", task {obj.task_id}" if obj.task_id else "") + (f", agent {obj.agent_id}" if obj.agent_id else ""))
+        return html_table(["status", "window", "re-evaluated", "unchanged", "newly denied", "newly allowed",
+                           "approval changed", "errors"], [[
+            obj.status, window, f"{obj.evaluations} of {obj.total if obj.total is not None else '?'}",
+            obj.unchanged, obj.newly_denied, obj.newly_allowed, obj.approval_changed, obj.errors]])
+
+    @admin.display(description="newly denied, by reason")
+    def reasons(self, obj):
+        counts = sorted((obj.by_reason or {}).items(), key=lambda item: (-item[1], item[0]))
+        return html_table(["reason", "evaluations"], [[reason, count] for reason, count in counts]) if counts else "-"
+
+    @admin.display(description="changes (first 1,000)")
+    def changes_table(self, obj):
+        changes = obj.changes or []
+        if not changes:
+            return "none"
+
+        def verdict(result):
+            result = result or {}
+            text = "allow" if result.get("allow") else "deny"
+            if result.get("require_approval"):
+                text += " + approval"
+            reasons = result.get("reasons") or []
+            return f"{text} ({'; '.join(map(str, reasons))})" if reasons else text
+
+        return html_table(["evaluation", "before", "after", "envelopes that cited it"], [
+            [id_link(PolicyEvaluation, "evaluation_id", change.get("evaluation_id")), verdict(change.get("before")),
+             verdict(change.get("after")),
+             format_html_join(", ", "{}", ((id_link(ActionEnvelope, "action_id", a),)
+                                           for a in change.get("action_ids") or [])) or "-"]
+            for change in changes])

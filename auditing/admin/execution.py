@@ -22,9 +22,10 @@ from django.utils.html import format_html
 
 from agp_project import errors
 from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json, short_hash
+from core.models import OutboxMessage
 from decision.models import Approval, CommerceSession, Decision, PolicyEvaluation
 from execution.evidence import action_evidence
-from execution.models import ActionEnvelope, CallbackAttempt, Operation, OutboxMessage, Payment, Receipt
+from execution.models import ActionEnvelope, CallbackAttempt, Operation, Payment, Receipt
 from registry.models import Capability, Delegation, Task
 
 

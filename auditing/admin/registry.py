@@ -1,11 +1,14 @@
 """Admin for the registry: who may act for whom (delegations), with which tools, under which rules.
 
 Tasks, skills and liability bindings are plain records a superuser may correct (each
-write is ledgered); delegations, policy sets, capabilities and revocations are signed,
-state-machine or irreversible records, read-only for everyone (docs/decisions/admin.md).
+write is ledgered); delegations, policy sets, capabilities, revocations and freezes are
+signed, state-machine or irreversible records, read-only for everyone (docs/decisions/admin.md).
 """
 
 from django.contrib import admin
+from django.db.models import Count, Q, TextField
+from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import Cast
 from django.utils.html import format_html, format_html_join
 
 from core.admin_base import (
@@ -18,6 +21,7 @@ from core.admin_base import (
     id_link,
     pretty_json,
 )
+from core.models import LedgerEvent
 from decision.models import (
     Approval,
     CommerceSession,
@@ -29,7 +33,7 @@ from decision.models import (
     PolicyEvaluation,
 )
 from execution.models import ActionEnvelope, Operation, Receipt
-from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
+from registry.models import Capability, Delegation, Freeze, LiabilityBinding, PolicySet, Revocation, Skill, Task
 
 TASK_FILTER = id_filter("task", "task_id")
 AGENT_FILTER = id_filter("agent", "agent_id")
@@ -138,7 +142,7 @@ class PolicySetAdmin(ReadOnlyModelAdmin):
     search_fields = ("policy_set_id", "name", "publisher", "=ruleset_hash")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
-    linked_fields = ("evaluations",)
+    linked_fields = ("evaluations", "shadows", "shadowing")
     exclude = ("ruleset",)
     readonly_fields = ("ruleset_source",)
 
@@ -146,9 +150,43 @@ class PolicySetAdmin(ReadOnlyModelAdmin):
     def evaluations(self, obj):
         return id_link(PolicyEvaluation, "policy_set_id", obj.policy_set_id, "evaluations under this policy set")
 
+    @admin.display(description="shadows (C14)")
+    def shadows(self, obj):
+        """Each shadow of this set and how often it agreed with it: one aggregate per shadow."""
+        shadows = list(PolicySet.objects.filter(shadow_of_id=obj.policy_set_id).order_by("policy_set_id"))
+        if not shadows:
+            return "none"
+        return html_table(["shadow", "status", "evaluations", "agreed", "agreement rate"], [
+            [admin_link(shadow, shadow.policy_set_id), shadow.status, *shadow_agreement(primary=obj, shadow=shadow)]
+            for shadow in shadows])
+
+    @admin.display(description="shadow of")
+    def shadowing(self, obj):
+        """For a shadow: the set it shadows, and its agreement with it."""
+        if obj.shadow_of_id is None:
+            return "-"
+        primary = obj.shadow_of
+        total, agreed, rate = shadow_agreement(primary=primary, shadow=obj)
+        return format_html("{} — {} of {} evaluations agreed ({})", admin_link(primary, primary.policy_set_id),
+                           agreed, total, rate)
+
     @admin.display(description="ruleset")
     def ruleset_source(self, obj):
         return format_html('<pre style="margin:0;white-space:pre-wrap">{}</pre>', obj.ruleset)
+
+
+def shadow_agreement(*, primary: PolicySet, shadow: PolicySet) -> tuple[int, int, str]:
+    """(evaluations of ``primary`` that ``shadow`` saw, how many it agreed with, the rate as text).
+
+    ``shadow_results`` is keyed by the shadow's id, so this is a key lookup in the
+    database, on PostgreSQL and SQLite alike, over the primary's evaluations.
+    """
+    counts = (PolicyEvaluation.objects.filter(policy_set_id=primary.policy_set_id,
+                                              shadow_results__has_key=shadow.policy_set_id)
+              .alias(matches=KeyTransform("matches", KeyTransform(shadow.policy_set_id, "shadow_results")))
+              .aggregate(total=Count("pk"), agreed=Count("pk", filter=Q(matches=True))))
+    total, agreed = counts["total"], counts["agreed"]
+    return total, agreed, f"{100 * agreed / total:.1f} %" if total else "-"
 
 
 @admin.register(Capability)
@@ -240,3 +278,52 @@ class RevocationAdmin(ReadOnlyModelAdmin):
         if model is None:
             return obj.target_id
         return id_link(model, field, obj.target_id)
+
+
+# Cancelled operations listed on a freeze's page.
+MAX_CANCELLED_SHOWN = 50
+
+
+@admin.register(Freeze)
+class FreezeAdmin(ReadOnlyModelAdmin):
+    """Emergency stops (C13): created and lifted only through the API or manage.py freeze / unfreeze."""
+
+    list_display = ("freeze_id", "target_type", "target", "status", "reason", "frozen_by", "created_at",
+                    "lifted_at", "lifted_by")
+    list_filter = (id_filter("target", "target_id"), "target_type", "status", "frozen_by", "created_at",
+                   "lifted_at")
+    search_fields = ("freeze_id", "target_id", "frozen_by", "lifted_by", "reason")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    linked_fields = ("ledger_trail", "operations_cancelled")
+    exclude = ("signature",)
+    readonly_fields = ("signature_pretty",)
+
+    @admin.display(description="target", ordering="target_id")
+    def target(self, obj):
+        if not obj.target_id:
+            return "everything"
+        if obj.target_type == "tool":
+            return id_link(Skill, "tool_id", obj.target_id)
+        return id_link(Task, obj.target_type if obj.target_type == "root_principal" else "agent_id", obj.target_id)
+
+    @admin.display(description="ledger")
+    def ledger_trail(self, obj):
+        return id_link(LedgerEvent, "resource_id", obj.freeze_id, "freeze.created and freeze.lifted events")
+
+    @admin.display(description="operations it cancelled")
+    def operations_cancelled(self, obj):
+        """From the ledger: each ``operation.cancelled`` event names the freezes that stopped it."""
+        events = list(LedgerEvent.objects.filter(event_type="operation.cancelled")
+                      .annotate(payload_text=Cast("payload", TextField()))
+                      .filter(payload_text__contains=f'"{obj.freeze_id}"')
+                      .order_by("sequence")[:MAX_CANCELLED_SHOWN])
+        if not events:
+            return "none"
+        return html_table(["operation", "stage", "ledger sequence", "recorded"], [
+            [id_link(Operation, "operation_id", event.resource_id), event.payload.get("stage", "-"), event.sequence,
+             event.recorded_at] for event in events])
+
+    @admin.display(description="signature")
+    def signature_pretty(self, obj):
+        return pretty_json(obj.signature)

@@ -1,4 +1,4 @@
-"""The ten fail-closed checks of an action envelope (CONTRACT C8).
+"""The eleven fail-closed checks of an action envelope: the ten of CONTRACT C8 and C13's ``freeze``.
 
 ``envelope_checks`` loads what the checks need (``state``: a fixed number of ORM queries)
 and runs every rule (``rules``: pure functions of that state), even after one has failed.
@@ -17,6 +17,8 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from registry.selectors import freeze_summaries
+
 from .report import CHECK_NAMES, CheckReport, EnvelopeInputs, Outcome
 from .rules import (
     OwnReservation,
@@ -27,6 +29,7 @@ from .rules import (
     check_decision,
     check_delegation,
     check_escalation,
+    check_freeze,
     check_impact_assessment,
     check_policy_evaluation,
     check_task,
@@ -41,7 +44,7 @@ __all__ = ["CHECK_NAMES", "CheckReport", "EnvelopeInputs", "Outcome", "envelope_
 
 def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
                     held_on: str | None = None, new: bool = False) -> CheckReport:
-    """Run all ten C8 checks on ``inputs``; never stops at the first failure.
+    """Run all eleven checks on ``inputs``; never stops at the first failure.
 
     ``held_on``: the commerce session on which the envelope already holds a reservation
     (execution-time re-check, replay): the commerce check then uses that session and
@@ -99,13 +102,15 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
         check_escalation(escalations=state.escalations),
         commerce.outcome,
         check_created_at(inputs=inputs, now=now),
+        check_freeze(freezes=state.freezes),
     ]
     report.results = [outcome.as_dict() for outcome in outcomes]
+    report.freezes = freeze_summaries(state.freezes)
     return report
 
 
 def envelope_recheck(*, envelope, now: datetime | None = None) -> CheckReport:
-    """Re-run all ten checks on a stored envelope's inputs, against the state of ``now``.
+    """Re-run all eleven checks on a stored envelope's inputs, against the state of ``now``.
 
     The envelope's own reservation (or committed payment) counts as its own: the commerce
     check uses the session it reserved on and does not count its amount twice.

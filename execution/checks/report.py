@@ -20,6 +20,8 @@ CHECK_NAMES = (
     "escalation",
     "commerce",
     "created_at",
+    # C13: an operator's freeze of the agent, the task's root principal or the tool.
+    "freeze",
 )
 
 
@@ -105,6 +107,8 @@ class CheckReport:
     skill_endpoint_url: str = ""
     skill_tool_pins: list[dict[str, str]] = field(default_factory=list)
     chain_delegation_pks: list[int] = field(default_factory=list)
+    # The active freezes that fail check 11, as ``details.freezes`` names them.
+    freezes: list[dict[str, Any]] = field(default_factory=list)
     # A submission whose action_id names an envelope already accepted: no check ran.
     already_accepted: bool = False
 

@@ -1,4 +1,5 @@
-"""The ten fail-closed checks of CONTRACT C8, each a pure function of the loaded state.
+"""The eleven fail-closed checks (the ten of CONTRACT C8 and C13's freeze), each a pure function
+of the loaded state.
 
 Nothing here queries the database: ``execution.checks.state`` loaded everything. Each rule
 returns its ``Outcome``; the rules that resolve a reference (the usable delegation, the
@@ -13,9 +14,9 @@ from typing import Any
 from agp_project.canonical import action_hash
 from decision.models import Approval, CommerceSession, Escalation, ImpactAssessment, PolicyEvaluation
 from decision.selectors import ZERO, impact_assessment_required
-from registry.models import Capability, Delegation, LiabilityBinding, Skill, Task, path_pks
+from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Skill, Task, path_pks
 from registry.scopes import scope_covers, tool_scope
-from registry.selectors import delegation_links_problem
+from registry.selectors import delegation_links_problem, freeze_targets_text
 from registry.tool_pins import mcp_pins_problem
 
 from ..choices import PaymentStatus
@@ -250,6 +251,10 @@ def check_policy_evaluation(*, evaluation: PolicyEvaluation | None, inputs: Enve
                             + (f" ({', '.join(map(str, reasons))})" if reasons else ""))
         if policy_set.status == "revoked":
             problems.append(f"policy set {policy_set.policy_set_id!r} is revoked")
+        if policy_set.shadow_of_id is not None:
+            # C14: a shadow is evaluated to be watched, never to clear an action.
+            problems.append(f"policy set {policy_set.policy_set_id!r} is a shadow of {policy_set.shadow_of_id!r}: "
+                            f"its evaluations clear nothing")
         if policy_set.ruleset_hash != evaluation.ruleset_hash:
             problems.append(f"policy set {policy_set.policy_set_id!r} ruleset changed since the evaluation")
     if problems:
@@ -416,3 +421,14 @@ def check_created_at(*, inputs: EnvelopeInputs, now: datetime) -> Outcome:
         return Outcome.fail("created_at", f"created_at {inputs.created_at.isoformat()} is more than "
                                           f"{int(CLOCK_SKEW.total_seconds())} s in the future")
     return Outcome.ok("created_at", "not in the future")
+
+
+# --- 11. freeze (C13) -------------------------------------------------------------------------------------
+def check_freeze(*, freezes: list[Freeze]) -> Outcome:
+    """Fails while an active freeze names the agent, the task's root principal or the tool (or ``all``).
+
+    The reason names the freezes, not their ``reason``: that is the operator's note, not the agent's.
+    """
+    if freezes:
+        return Outcome.fail("freeze", f"frozen by {freeze_targets_text(freezes)}")
+    return Outcome.ok("freeze", "no active freeze of the agent, the task's root principal or the tool")

@@ -4,10 +4,13 @@
 (``execution.checks.rules``) are pure functions of what it returns. The queries, pinned by
 tests/execution/test_checks.py:
 
-- the task, the capability (with whether it or its agent is revoked), the agent's skill
+- the task (with whether an active freeze of the agent, its root principal or the tool
+  exists), the capability (with whether it or its agent is revoked), the agent's skill
   for the tool, the decision, the policy evaluation with its set, the newest approval
   standing for the decision, the escalations that block, and at submission whether an
   envelope with this ``action_id`` was already accepted;
+- the matching freezes themselves, in one query, only when one exists (or when there is
+  no task to ask): an envelope that nothing freezes pays nothing for the check;
 - the newest impact assessment, when rule 5 asks for one;
 - the agent's delegation candidates for the task's root principal, then every link of
   their chains in one query;
@@ -35,8 +38,8 @@ from decision.selectors import (
     impact_assessment_required,
 )
 from registry.choices import ActionClass, ActiveStatus, RevocationTarget
-from registry.models import Capability, Delegation, LiabilityBinding, Revocation, Skill, Task, path_pks
-from registry.selectors import delegation_links
+from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Revocation, Skill, Task, path_pks
+from registry.selectors import delegation_links, freezes_matching
 
 from ..models import ActionEnvelope, Payment
 from .report import EnvelopeInputs
@@ -46,6 +49,8 @@ from .report import EnvelopeInputs
 MAX_DELEGATION_CANDIDATES = 20
 # Blocking escalations named in check 8's reason.
 MAX_ESCALATIONS = 5
+# Matching freezes named in check 11's reason.
+MAX_FREEZES = 5
 
 
 @dataclass
@@ -59,6 +64,7 @@ class EnvelopeState:
     evaluation: PolicyEvaluation | None  # with its policy_set
     approval: Approval | None  # annotated: rejected_later
     escalations: list[Escalation]
+    freezes: list[Freeze] = field(default_factory=list)  # active, matching (C13)
     assessment: ImpactAssessment | None = None
     # The agent's delegation candidates (newest first) and every link of their chains by pk.
     candidates: list[Delegation] = field(default_factory=list)
@@ -102,7 +108,10 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     if new and ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
         return EnvelopeState(task=None, capability=None, skill=None, decision=None, evaluation=None,
                              approval=None, escalations=[], already_accepted=True)
-    task = Task.objects.filter(task_id=inputs.task_id).first()
+    task = (Task.objects.filter(task_id=inputs.task_id)
+            .annotate(frozen=Exists(freezes_matching(agent_id=inputs.agent_id, root_principal=OuterRef("root_principal"),
+                                                     tool_id=inputs.tool_id)))
+            .first())
     state = EnvelopeState(
         task=task,
         capability=(Capability.objects.filter(capability_id=inputs.capability_token_ref)
@@ -119,6 +128,9 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
         escalations=list(escalations_blocking(task_id=inputs.task_id, decision_id=inputs.decision_ref,
                                               action_id=inputs.action_id)[:MAX_ESCALATIONS]),
     )
+    if task is None or task.frozen:
+        state.freezes = list(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
+                                              root_principal=task.root_principal if task else None)[:MAX_FREEZES])
     if task is None:
         return state
     if impact_assessment_required(task=task):

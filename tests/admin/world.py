@@ -17,11 +17,11 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from auth_tokens.models import Client
 from core.ledger import ledger_append
-from core.models import IdempotencyRecord, LedgerEvent, LedgerHead, MerkleTile, MerkleTreeLock
+from core.models import IdempotencyRecord, LedgerEvent, LedgerHead, MerkleTile, MerkleTreeLock, OutboxMessage
 from core.services import checkpoint_create
-from decision.models import Approval, Context, Escalation, EvidenceBundle
-from execution.models import ActionEnvelope, CallbackAttempt, Operation, OutboxMessage, Payment, Receipt
-from registry.models import Revocation
+from decision.models import Approval, Backtest, Context, Escalation, EvidenceBundle
+from execution.models import ActionEnvelope, CallbackAttempt, Operation, Payment, Receipt
+from registry.models import Freeze, Revocation
 from tests.execution.factories import World, make_delegation, make_full_world
 
 
@@ -57,6 +57,16 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
     revocation = Revocation.objects.create(revocation_id=new_id("rev"), target_type="skill",
                                            target_id=f"skl_gone_{tag}", reason="retired", revoked_by="ops",
                                            revoked_at=now, created_at=now)
+    freeze = Freeze.objects.create(freeze_id=new_id("frz"), target_type="agent", target_id=f"agent-gone-{tag}",
+                                   reason="runaway", frozen_by="ops", created_at=now)
+    backtest = Backtest.objects.create(
+        backtest_id=new_id("bt"), operation_id=new_id("op"), policy_set=world.policy_set,
+        ruleset_hash=world.policy_set.ruleset_hash, since=now - timedelta(days=30), until=now, status="succeeded",
+        total=1, evaluations=1, newly_denied=1, by_reason={"amount over 100": 1},
+        changes=[{"evaluation_id": world.evaluation.evaluation_id, "action_ids": [],
+                  "before": {"allow": True, "require_approval": True, "reasons": []},
+                  "after": {"allow": False, "require_approval": False, "reasons": ["amount over 100"]}}],
+        created_at=now, updated_at=now)
     for i in range(extra_approvals):
         Approval.objects.create(approval_id=new_id("apr"), decision=world.decision, approver=f"second-{i}",
                                 verdict="approved", created_at=now)
@@ -105,10 +115,10 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
 
     rows = {}
     for record in (world.task, world.root_delegation, world.policy_set, world.capability, world.skill,
-                   world.binding, revocation, context, bundle, world.evaluation, world.decision, world.assessment,
-                   world.approval, escalation, world.session, envelope, operation, receipt, payment, outbox, attempt,
-                   idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user, checkpoint,
-                   MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1)):
+                   world.binding, revocation, freeze, context, bundle, world.evaluation, backtest, world.decision,
+                   world.assessment, world.approval, escalation, world.session, envelope, operation, receipt, payment,
+                   outbox, attempt, idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user,
+                   checkpoint, MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1)):
         rows[type(record)] = record
     return AdminWorld(world=world, envelope=envelope, operation=operation, receipt=receipt, payment=payment,
                       grandchild=grandchild, events=events, rows=rows)

@@ -53,6 +53,7 @@ def test_it_raises_a_typed_error_for_every_code_the_server_has(server_class):
     ("AGP_DELEGATION_HOP_LIMIT", agp_client.ConflictError),
     ("AGP_INVALID_TRANSITION", agp_client.ConflictError),
     ("AGP_IDEMPOTENCY_IN_PROGRESS", agp_client.ConflictError),
+    ("AGP_FROZEN", agp_client.ConflictError),
     ("AGP_IMPACT_ASSESSMENT_REQUIRED", agp_client.PrerequisiteFailedError),
     ("AGP_PAYLOAD_TOO_LARGE", agp_client.ValidationError),
     ("AGP_UNAVAILABLE", agp_client.ServerError),
@@ -64,6 +65,9 @@ def test_it_groups_specific_codes_under_their_family(code, family):
 def test_it_exposes_the_useful_details_of_errors():
     scope = client_errors.error_from_body(403, server_errors.InsufficientScope(["agp.policy.write"]).as_body(), {})
     assert scope.required_scopes == ["agp.policy.write"]
+    freezes = [{"freeze_id": "frz_1", "target_type": "agent", "target_id": "agent-7"}]
+    frozen = client_errors.error_from_body(409, server_errors.Frozen(details={"freezes": freezes}).as_body(), {})
+    assert isinstance(frozen, agp_client.FrozenError) and frozen.freezes == freezes
     checks = [{"check": "task_open", "reason": "closed"}]
     failed = client_errors.error_from_body(422, {"error": {"code": "AGP_PREREQUISITE_FAILED", "message": "m",
                                                            "retryable": False,
@@ -160,6 +164,7 @@ SPECIAL_METHODS = {
     ("PATCH", "decisions"): ["decisions.finalise"],
     ("PATCH", "escalations"): ["escalations.resolve"],
     ("PATCH", "tasks"): ["tasks.close"],
+    ("PATCH", "freezes"): ["freezes.lift"],
     ("PATCH", "operations"): ["operations.cancel"],
     ("POST", "action-envelopes"): ["action_envelopes.validate", "action_envelopes.submit"],
     ("GET", "replay"): ["replay"],

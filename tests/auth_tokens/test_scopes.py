@@ -7,7 +7,11 @@ exceptions, written out below independently of the views' own declarations:
 - GET on a group's resource: the group's ``.read`` or ``.write``; POST/PATCH: ``.write``;
 - POST approvals: ``agp.approval.write``; POST policy-evaluations: ``agp.policy.write``;
   POST revocations: ``agp.revocation.write``;
-- GET operations: any of the execution and decision read/write scopes.
+- GET operations: any of the execution and decision read/write scopes;
+- POST and PATCH freezes (C13): ``agp.revocation.write``; GET freezes: the registry's;
+- POST backtests (C14): ``agp.policy.write``; PATCH operations: ``agp.execution.write``, or
+  for a backtest's operation ``agp.decision.write`` or ``agp.policy.write`` (which one applies
+  depends on the operation found: tests/decision/test_backtests.py).
 """
 
 import pytest
@@ -23,15 +27,19 @@ pytestmark = pytest.mark.django_db
 
 GROUP_OF_COLLECTION = {
     **dict.fromkeys(["delegations", "policy-sets", "tasks", "capabilities", "liability-bindings", "skills",
-                     "revocations"], "registry"),
+                     "revocations", "freezes"], "registry"),
     **dict.fromkeys(["contexts", "evidence-bundles", "decisions", "policy-evaluations", "approvals", "escalations",
-                     "commerce-sessions", "impact-assessments"], "decision"),
+                     "commerce-sessions", "impact-assessments", "backtests"], "decision"),
     **dict.fromkeys(["action-envelopes", "receipts", "ledger-events", "replay", "operations"], "execution"),
 }
 WRITE_EXCEPTIONS = {
-    "approvals": {"agp.approval.write"},
-    "policy-evaluations": {"agp.policy.write"},
-    "revocations": {"agp.revocation.write"},
+    ("POST", "approvals"): {"agp.approval.write"},
+    ("POST", "policy-evaluations"): {"agp.policy.write"},
+    ("POST", "revocations"): {"agp.revocation.write"},
+    ("POST", "freezes"): {"agp.revocation.write"},
+    ("PATCH", "freezes"): {"agp.revocation.write"},
+    ("POST", "backtests"): {"agp.policy.write"},
+    ("PATCH", "operations"): {"agp.execution.write", "agp.decision.write", "agp.policy.write"},
 }
 OPERATION_READERS = {"agp.execution.read", "agp.execution.write", "agp.decision.read", "agp.decision.write"}
 
@@ -42,8 +50,8 @@ def expected_scopes(collection: str, method: str) -> set[str]:
         if collection == "operations":
             return OPERATION_READERS
         return {f"agp.{group}.read", f"agp.{group}.write"}
-    if method == "POST" and collection in WRITE_EXCEPTIONS:
-        return WRITE_EXCEPTIONS[collection]
+    if (method, collection) in WRITE_EXCEPTIONS:
+        return WRITE_EXCEPTIONS[method, collection]
     return {f"agp.{group}.write"}
 
 

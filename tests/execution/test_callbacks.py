@@ -14,8 +14,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.ledger import ledger_append
+from core.models import OutboxMessage
 from execution.callbacks import callback_deliver, callback_signature, callback_signature_verify, callbacks_recover
-from execution.models import CallbackAttempt, Operation, OutboxMessage
+from execution.models import CallbackAttempt, Operation
 from execution.runner import operation_execute
 from tests.execution.factories import make_world
 from tests.execution.receiver import receiver  # noqa: F401

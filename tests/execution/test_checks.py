@@ -1,4 +1,4 @@
-"""The ten fail-closed checks (CONTRACT C8): each one alone, all at once, and their query count."""
+"""The eleven fail-closed checks (CONTRACT C8, C13): each one alone, all at once, and their query count."""
 
 from dataclasses import replace
 from datetime import timedelta
@@ -10,12 +10,12 @@ from django.db.models import F, Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from core.models import LedgerEvent
+from core.models import LedgerEvent, OutboxMessage
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from execution.checks import CHECK_NAMES, EnvelopeInputs, envelope_checks, envelope_recheck, parameters_violations
-from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment
+from execution.models import ActionEnvelope, Operation, Payment
 from execution.services import envelope_inputs
-from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
+from registry.models import Capability, Delegation, Freeze, LiabilityBinding, PolicySet, Revocation, Skill, Task
 from tests.execution.factories import make_full_world, make_noise, make_world
 
 pytestmark = pytest.mark.django_db
@@ -89,6 +89,11 @@ def _future_created_at(world, body):
     body["created_at"] = _iso(timezone.now() + timedelta(minutes=5))
 
 
+def _freeze_agent(world, body):
+    Freeze.objects.create(freeze_id=f"frz-{world.agent_id}", target_type="agent", target_id=world.agent_id,
+                          reason="misbehaving", frozen_by="ops", created_at=timezone.now())
+
+
 REMOVALS = {
     "task": _close_task,
     "delegation": _revoke_delegation,
@@ -100,6 +105,7 @@ REMOVALS = {
     "escalation": _open_escalation,
     "commerce": _close_session,
     "created_at": _future_created_at,
+    "freeze": _freeze_agent,
 }
 
 
@@ -113,7 +119,7 @@ def _assert_nothing_stored(world, action_id):
 
 
 def test_it_covers_every_check_with_a_removal():
-    assert set(REMOVALS) == set(CHECK_NAMES) and len(CHECK_NAMES) == 10
+    assert set(REMOVALS) == set(CHECK_NAMES) and len(CHECK_NAMES) == 11
 
 
 def test_it_accepts_the_complete_world(api):
@@ -468,12 +474,48 @@ def test_it_pins_the_query_count_of_each_action_class(django_assert_num_queries)
         assert envelope_checks(inputs=transact_inputs).passed
 
 
+def test_it_reads_the_freezes_themselves_only_when_one_matches(django_assert_num_queries):
+    world = make_world()
+    # Other targets' freezes, active and lifted, and a lifted one of this agent: none matches.
+    now = timezone.now()
+    Freeze.objects.bulk_create([
+        Freeze(freeze_id="frz-other-agent", target_type="agent", target_id="someone-else", reason="r",
+               frozen_by="ops", created_at=now),
+        Freeze(freeze_id="frz-other-tool", target_type="tool", target_id="another-tool", reason="r",
+               frozen_by="ops", created_at=now),
+        Freeze(freeze_id="frz-lifted", target_type="agent", target_id=world.agent_id, reason="r", frozen_by="ops",
+               status="lifted", lifted_at=now, created_at=now)])
+    with django_assert_num_queries(READ_QUERIES):
+        assert envelope_checks(inputs=_inputs(world)).passed
+
+    Freeze.objects.create(freeze_id="frz-principal", target_type="root_principal", target_id=world.root_principal,
+                          reason="r", frozen_by="ops", created_at=now)
+    Freeze.objects.create(freeze_id="frz-tool", target_type="tool", target_id=world.tool_id, reason="r",
+                          frozen_by="ops", created_at=now)
+    with django_assert_num_queries(READ_QUERIES + 1):
+        report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == ["freeze"]
+    assert report.result("freeze")["reason"] == (
+        f"frozen by freeze 'frz-principal' (root_principal {world.root_principal!r}), "
+        f"freeze 'frz-tool' (tool {world.tool_id!r})")
+    assert [f["freeze_id"] for f in report.freezes] == ["frz-principal", "frz-tool"]
+
+
+def test_an_all_freeze_fails_even_an_envelope_whose_task_does_not_exist():
+    world = make_world()
+    Freeze.objects.create(freeze_id="frz-all", target_type="all", reason="incident", frozen_by="ops",
+                          created_at=timezone.now())
+    report = envelope_checks(inputs=_inputs(world, task_id="no-such-task"))
+    assert "freeze" in _failed(report) and "task" in _failed(report)
+    assert report.freezes == [{"freeze_id": "frz-all", "target_type": "all", "target_id": None}]
+
+
 def test_a_submission_s_checks_find_an_accepted_envelope_before_anything_else(api, django_assert_num_queries):
     world = make_world()
     inputs = _inputs(world)
     with django_assert_num_queries(READ_QUERIES + 1):
         fresh = envelope_checks(inputs=inputs, new=True)
-    assert fresh.passed and not fresh.already_accepted and len(fresh.results) == 10
+    assert fresh.passed and not fresh.already_accepted and len(fresh.results) == 11
     assert api.post("/agp/action-envelopes", world.envelope_request(action_id=inputs.action_id), format="json",
                     HTTP_PREFER="respond-async").status_code == 202
     # Accepted now: one query, no check runs, and the report does not pass (fails closed).

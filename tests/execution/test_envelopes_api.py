@@ -8,9 +8,9 @@ from rest_framework.test import APIClient
 
 from agp_project.canonical import content_hash
 from agp_project.signing import verify_resource
-from core.models import LedgerEvent
+from core.models import LedgerEvent, OutboxMessage
 from decision.models import CommerceSession
-from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment
+from execution.models import ActionEnvelope, Operation, Payment
 from agp_project.http.prefer import parse_prefer
 from registry.models import Task
 from tests.execution.factories import make_full_world, make_world
@@ -135,7 +135,7 @@ def test_it_accepts_with_respond_async_and_answers_202_with_the_operation(api, j
     assert stored_inputs["created_at"] == body["created_at"]
     assert stored_inputs["callback_url"] == body["callback_url"]
     assert [item["check"] for item in envelope.checks if item["passed"]] == [item["check"] for item in envelope.checks]
-    assert len(envelope.checks) == 10
+    assert len(envelope.checks) == 11
     assert envelope.submitted_by == "anonymous"
     row = Operation.objects.get(operation_id=operation["operation_id"])
     assert row.status == "pending" and row.envelope_id == body["action_id"]

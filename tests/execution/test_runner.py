@@ -14,9 +14,10 @@ from django.utils import timezone
 from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.signing import get_signer, verify_resource
+from core.models import OutboxMessage
 from decision.models import CommerceSession
 from execution import connectors
-from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment, Receipt
+from execution.models import ActionEnvelope, Operation, Payment, Receipt
 from execution.runner import (
     Claim,
     lease_kept,

@@ -7,10 +7,11 @@ import pytest
 from django.utils import timezone
 
 from agp_project.signing import verify_resource
+from core import outbox
 from core.ledger import ledger_verify
+from core.models import OutboxMessage
 from decision.models import CommerceSession
-from execution import outbox
-from execution.models import ActionEnvelope, Operation, OutboxMessage, Payment, Receipt
+from execution.models import ActionEnvelope, Operation, Payment, Receipt
 from tests.execution.factories import make_world
 from tests.execution.worker import (  # noqa: F401
     ledger_event_types, module_worker, poll_until_ended, submit_async, test_broker, wait_for, worker_db)

@@ -80,8 +80,9 @@ def creation_statements(queries) -> list[str]:
 
 
 def test_it_creates_a_link_in_a_fixed_number_of_statements_whatever_the_depth():
-    """Under the agents' lock: the candidates, the lock on their tree's root, their chains
-    read once under it, the revoked-agent check, the row and its path, the ledger event."""
+    """The freeze check (C13), then under the agents' lock: the candidates, the lock on their
+    tree's root, their chains read once under it, the revoked-agent check, the row and its
+    path, the ledger event."""
     for depth in (2, 12):
         parent = f.chain(depth)[-1]
         with CaptureQueriesContext(connection) as queries:
@@ -91,12 +92,14 @@ def test_it_creates_a_link_in_a_fixed_number_of_statements_whatever_the_depth():
         statements = creation_statements(queries)
         kinds = [s.split()[0] for s in statements]
         if connection.vendor == "postgresql":
-            assert kinds == ["SELECT"] * 5 + ["INSERT", "UPDATE", "WITH"], statements
-            assert statements[0].startswith("SELECT pg_advisory_xact_lock(") and statements[0].count("lock(") == 2
-            assert statements[2].endswith("FOR NO KEY UPDATE") and f"IN ({parent.root_pk})" in statements[2]
-            assert "registry_revocation" in statements[3] and "registry_revocation" in statements[4]
+            assert kinds == ["SELECT"] * 6 + ["INSERT", "UPDATE", "WITH"], statements
+            assert "registry_freeze" in statements[0]
+            assert statements[1].startswith("SELECT pg_advisory_xact_lock(") and statements[1].count("lock(") == 2
+            assert statements[3].endswith("FOR NO KEY UPDATE") and f"IN ({parent.root_pk})" in statements[3]
+            assert "registry_revocation" in statements[4] and "registry_revocation" in statements[5]
         else:  # no advisory locks, and the ledger's head read, event and head move are three statements
-            assert kinds == ["SELECT"] * 4 + ["INSERT", "UPDATE", "SELECT", "INSERT", "UPDATE"], statements
+            assert kinds == ["SELECT"] * 5 + ["INSERT", "UPDATE", "SELECT", "INSERT", "UPDATE"], statements
+            assert "registry_freeze" in statements[0]
 
 
 def test_it_locks_only_the_chosen_parents_tree_when_the_candidates_span_several():
@@ -110,7 +113,8 @@ def test_it_locks_only_the_chosen_parents_tree_when_the_candidates_span_several(
     assert child.parent_id == newer.delegation_id and older.root_pk != newer.root_pk
     statements = creation_statements(queries)
     if connection.vendor == "postgresql":
-        assert [s.split()[0] for s in statements] == ["SELECT"] * 6 + ["INSERT", "UPDATE", "WITH"], statements
+        assert [s.split()[0] for s in statements] == ["SELECT"] * 7 + ["INSERT", "UPDATE", "WITH"], statements
         locks = [s for s in statements if "FOR NO KEY UPDATE" in s]
         assert len(locks) == 1 and locks[0].endswith("FOR NO KEY UPDATE") and f"IN ({newer.pk})" in locks[0], locks
-        assert statements.index(locks[0]) == 3  # after the candidates and their chains, before the re-read
+        # After the freeze check, the agents' lock, the candidates and their chains; before the re-read.
+        assert statements.index(locks[0]) == 4

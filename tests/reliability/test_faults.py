@@ -21,8 +21,8 @@ import pytest
 import requests
 from django.db import connection
 
-from core.models import LedgerEvent
-from execution.models import ActionEnvelope, Operation, OutboxMessage
+from core.models import LedgerEvent, OutboxMessage
+from execution.models import ActionEnvelope, Operation
 from registry.models import Task
 from tests.agp_client.server import LiveServer, database_url
 from tests.concurrency import pg_connect

@@ -65,6 +65,10 @@ def seed_records(api) -> dict[str, str]:
         "target_type": "skill", "target_id": spare.skill.skill_id, "reason": "fuzz seed"})["revocation_id"]
     created["sequence"] = str(post("/agp/ledger-events", {
         "event_type": "client.fuzz", "resource_type": "Seed", "resource_id": "seed-1"})["sequence"])
+    created["freeze_id"] = post("/agp/freezes", {
+        "target_type": "agent", "target_id": "fuzz-frozen-agent", "reason": "fuzz seed"})["freeze_id"]
+    created["backtest_id"] = post("/agp/backtests", {
+        "policy_set_id": world.policy_set.policy_set_id})["result_url"].rsplit("/", 1)[1]
 
     created["tree_size"] = str(checkpoint_create().tree_size)
 

@@ -1,5 +1,9 @@
 """The transactional outbox: a task is recorded with the change that makes it due.
 
+It lives in core, the lowest app with records, so that every app can make work due after
+its commit (execution's operations and callbacks, the registry's freezes, the decision
+API's backtests); each names its task by its Celery name, never by importing it.
+
 ``outbox_enqueue`` writes an OutboxMessage in the caller's transaction and publishes it to
 the broker after commit. If the process dies between commit and publish, or the broker is
 briefly away, ``outbox_sweep`` (run periodically by beat) publishes what is still pending.

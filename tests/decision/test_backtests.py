@@ -1,0 +1,280 @@
+"""Backtests (CONTRACT C14), in process: the API, the summary the run stores, its window, and
+that it writes nothing but its own record. (A real worker runs one in test_backtest_worker.py.)"""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agp_project.canonical import action_document, content_hash
+from agp_project.ids import new_id
+from core.models import LedgerEvent, OutboxMessage
+from decision import backtests as backtests_module
+from decision.backtests import backtest_run
+from decision.models import Backtest, PolicyEvaluation
+from execution.selectors import action_ids_citing
+from tests.execution.factories import RULESET, make_policy_set, make_world
+from tests.execution.worker import ledger_event_types, submit_async
+
+pytestmark = pytest.mark.django_db
+
+URL = "/agp/backtests"
+
+# The candidate: denies above 100 (the recorded set, RULESET, above 1000), asks for approval
+# above 50, and cannot evaluate a zero divisor.
+CANDIDATE = """package agp.candidate
+
+import rego.v1
+
+default allow := false
+
+default require_approval := false
+
+allow if input.action_class in {"read", "write", "transact"}
+
+require_approval if input.amount > 50
+
+deny contains "amount over 100" if input.amount > 100
+
+deny contains "weekend" if input.weekend == true
+
+deny contains "bad ratio" if 100 / input.divisor < 0
+"""
+
+
+def record(world, amount, *, policy_set=None, agent_id=None, task=None, evaluated_at=None, **extra_input):
+    """A recorded evaluation as RULESET decided it (allow unless amount > 1000; approval if asked)."""
+    now = evaluated_at or timezone.now()
+    policy_input = {"action_class": "transact", "amount": amount, "divisor": 1, **extra_input}
+    allowed = amount <= 1000
+    result = {"allow": allowed, "require_approval": False, "reasons": [] if allowed else ["amount over 1000"]}
+    # Made for the world's own action, as an evaluation an envelope may cite (C12).
+    action = action_document(tool_id=world.tool_id, operation=world.operation, parameters=world.parameters)
+    return PolicyEvaluation.objects.create(
+        evaluation_id=new_id("pe"), policy_set=policy_set or world.policy_set, task=task or world.task,
+        agent_id=agent_id or world.agent_id, input=policy_input, input_hash=content_hash(policy_input),
+        action=action, action_hash=content_hash(action),
+        ruleset_hash=(policy_set or world.policy_set).ruleset_hash, result=result, allowed=allowed,
+        evaluated_at=now, created_at=now)
+
+
+def start(api, **body):
+    response = api.post(URL, body, format="json")
+    assert response.status_code == 202, response.content
+    return response.json()
+
+
+def run(backtest_id):
+    return backtest_run(backtest_id=backtest_id, executor="test/pid-1", action_ids_of=action_ids_citing)
+
+
+def backtest_of(operation):
+    return operation["result_url"].rsplit("/", 1)[1]
+
+
+# --- POST /agp/backtests and the operation ---------------------------------------------------------
+
+def test_it_answers_202_with_the_backtest_s_operation_and_records_it_pending(api):
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    before = timezone.now()
+
+    response = api.post(URL, {"policy_set_id": candidate.policy_set_id, "backtest_id": "bt-1"}, format="json")
+
+    assert response.status_code == 202, response.content
+    operation = response.json()
+    assert set(operation) == {"operation_id", "status", "created_at", "updated_at", "status_url", "result_url",
+                              "callback_url", "error", "progress"}
+    assert operation["status"] == "pending" and operation["error"] is None and operation["callback_url"] is None
+    assert operation["progress"] == {"evaluations": 0, "total": None}
+    status_url = f"http://testserver/agp/operations/{operation['operation_id']}"
+    assert operation["status_url"] == response["Location"] == response["Operation-Location"] == status_url
+    assert operation["result_url"] == "http://testserver/agp/backtests/bt-1"
+    assert api.get(f"/agp/operations/{operation['operation_id']}").json() == operation
+
+    body = api.get(f"{URL}/bt-1").json()
+    assert body["type"] == "Backtest"
+    assert {k: body[k] for k in ("backtest_id", "policy_set_id", "baseline_policy_set_id", "status", "ruleset_hash",
+                                 "operation_id", "evaluations", "changes", "by_reason", "task_id", "agent_id")} == {
+        "backtest_id": "bt-1", "policy_set_id": candidate.policy_set_id, "baseline_policy_set_id": None,
+        "status": "pending", "ruleset_hash": candidate.ruleset_hash, "operation_id": operation["operation_id"],
+        "evaluations": 0, "changes": [], "by_reason": {}, "task_id": None, "agent_id": None}
+    backtest = Backtest.objects.get(backtest_id="bt-1")
+    assert before <= backtest.until <= timezone.now() and backtest.until - backtest.since == timedelta(days=30)
+    assert ledger_event_types("bt-1") == ["backtest.created"]
+    [message] = OutboxMessage.objects.all()
+    assert (message.task_name, message.args) == ("agp.run_backtest", ["bt-1"])
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"policy_set_id": "ps-none"}, "policy_set_id"),
+    ({"baseline_policy_set_id": "ps-none"}, "baseline_policy_set_id"),
+    ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "since"),
+    ({"status": "running"}, "status"),
+    ({"evaluations": 3}, "evaluations"),
+    ({"window": "7d"}, "window"),
+])
+def test_it_refuses_a_malformed_backtest_naming_the_field(api, body, field):
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    response = api.post(URL, {"policy_set_id": candidate.policy_set_id, **body}, format="json")
+    assert response.status_code == 400
+    assert list(response.json()["error"]["details"]["fields"]) == [field]
+    assert not Backtest.objects.exists() and not OutboxMessage.objects.exists()
+
+
+def test_it_refuses_a_revoked_candidate_but_backtests_a_deprecated_one(api):
+    revoked, deprecated = make_policy_set(status="revoked"), make_policy_set(status="deprecated")
+    response = api.post(URL, {"policy_set_id": revoked.policy_set_id}, format="json")
+    assert response.status_code == 422
+    assert response.json()["error"]["details"]["failed_checks"][0]["check"] == "policy_set_not_revoked"
+    start(api, policy_set_id=deprecated.policy_set_id)
+
+
+def test_it_refuses_a_duplicate_backtest_id(api):
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    start(api, policy_set_id=candidate.policy_set_id, backtest_id="bt-dup")
+    response = api.post(URL, {"policy_set_id": candidate.policy_set_id, "backtest_id": "bt-dup"}, format="json")
+    assert response.status_code == 409 and response.json()["error"]["code"] == "AGP_CONFLICT"
+    assert Backtest.objects.count() == 1
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def test_it_re_evaluates_the_window_and_stores_the_summary_and_the_changes(api):
+    world = make_world()
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    unchanged = [record(world, 10), record(world, 20), record(world, 5000)]  # allowed, allowed, denied by both
+    approval = record(world, 60)  # still allowed, now with approval
+    newly_denied = record(world, 500)
+    weekend = record(world, 30, weekend=True)
+    newly_allowed = PolicyEvaluation.objects.filter(pk=record(world, 10).pk)
+    newly_allowed.update(allowed=False, result={"allow": False, "require_approval": False, "reasons": ["x"]})
+    errored = record(world, 10, divisor=0)
+    envelope = submit_async(api, world.envelope_request(policy_decision_ref=newly_denied.evaluation_id))
+    evaluations_before, events_before = PolicyEvaluation.objects.count(), LedgerEvent.objects.count()
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+
+    assert run(backtest_of(operation)) == "succeeded"
+
+    body = api.get(operation["result_url"]).json()
+    total = 1 + len(unchanged) + 5  # the world's own evaluation, and the eight recorded here
+    assert {k: body[k] for k in ("status", "total", "evaluations", "unchanged", "newly_denied", "newly_allowed",
+                                 "approval_changed", "errors")} == {
+        "status": "succeeded", "total": total, "evaluations": total, "unchanged": 4, "newly_denied": 3,
+        "newly_allowed": 1, "approval_changed": 1, "errors": 1}
+    changes = {change["evaluation_id"]: change for change in body["changes"]}
+    assert set(changes) == {approval.evaluation_id, newly_denied.evaluation_id, weekend.evaluation_id,
+                            newly_allowed.get().evaluation_id, errored.evaluation_id}
+    assert changes[newly_denied.evaluation_id] == {
+        "evaluation_id": newly_denied.evaluation_id,
+        "action_ids": [envelope["result_url"].rsplit("/", 1)[1]],
+        "before": {"allow": True, "require_approval": False, "reasons": []},
+        "after": {"allow": False, "require_approval": True, "reasons": ["amount over 100"]}}
+    assert changes[approval.evaluation_id]["after"] == {"allow": True, "require_approval": True, "reasons": []}
+    assert changes[errored.evaluation_id]["after"]["allow"] is False
+    assert body["by_reason"] == {"amount over 100": 1, "weekend": 1,
+                                 changes[errored.evaluation_id]["after"]["reasons"][0]: 1}
+    assert body["started_at"] and body["completed_at"] and body["error"] is None
+    final = api.get(operation["status_url"]).json()
+    assert final["status"] == "succeeded" and final["progress"] == {"evaluations": total, "total": total}
+
+    # Nothing but its own record: no evaluation, and only the backtest's own ledger events.
+    assert PolicyEvaluation.objects.count() == evaluations_before
+    assert list(LedgerEvent.objects.filter(pk__gt=events_before).values_list("resource_id", "event_type")
+                .order_by("sequence")) == [
+        (body["backtest_id"], "backtest.created"), (body["backtest_id"], "backtest.running"),
+        (body["backtest_id"], "backtest.succeeded")]
+    # A redelivered message finds it ended.
+    assert run(body["backtest_id"]) == "done"
+
+
+def test_it_keeps_to_the_window_the_baseline_the_task_and_the_agent(api):
+    world, other = make_world(), make_world()
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    baseline = make_policy_set(ruleset=RULESET.replace("agp.test", "agp.baseline"))
+    now = timezone.now()
+    inside = [record(world, 500, policy_set=baseline, evaluated_at=now - timedelta(days=2)),
+              record(world, 500, policy_set=baseline, evaluated_at=now - timedelta(days=3))]
+    record(world, 500, evaluated_at=now - timedelta(days=2))  # another set
+    record(world, 500, policy_set=baseline, evaluated_at=now - timedelta(days=9))  # before the window
+    record(world, 500, policy_set=baseline, evaluated_at=now - timedelta(days=1))  # at `until`: excluded
+    record(other, 500, policy_set=baseline, evaluated_at=now - timedelta(days=2))  # another task and agent
+    operation = start(api, policy_set_id=candidate.policy_set_id, baseline_policy_set_id=baseline.policy_set_id,
+                      since=(now - timedelta(days=7)).isoformat(), until=(now - timedelta(days=1)).isoformat(),
+                      task_id=world.task.task_id, agent_id=world.agent_id)
+
+    assert run(backtest_of(operation)) == "succeeded"
+
+    body = api.get(operation["result_url"]).json()
+    assert (body["total"], body["evaluations"], body["newly_denied"]) == (2, 2, 2)
+    assert {change["evaluation_id"] for change in body["changes"]} == {e.evaluation_id for e in inside}
+    assert body["task_id"] == world.task.task_id and body["agent_id"] == world.agent_id
+
+
+def test_it_counts_every_change_but_keeps_the_first_ones_and_streams_in_batches(api, monkeypatch):
+    monkeypatch.setattr(backtests_module, "MAX_CHANGES", 3)
+    monkeypatch.setattr(backtests_module, "BATCH", 2)
+    monkeypatch.setattr(backtests_module, "MAX_REASONS", 1)
+    world = make_world()
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    denied = [record(world, 500 + i, weekend=i % 2 == 0) for i in range(7)]
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+
+    assert run(backtest_of(operation)) == "succeeded"
+
+    body = api.get(operation["result_url"]).json()
+    assert body["newly_denied"] == 7 and body["evaluations"] == 8
+    assert [change["evaluation_id"] for change in body["changes"]] == [e.evaluation_id for e in denied[:3]]
+    assert body["by_reason"] == {"amount over 100": 7, "(other reasons)": 4}
+
+
+def test_an_empty_window_succeeds_with_zero_counts(api):
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    operation = start(api, policy_set_id=candidate.policy_set_id, since="2020-01-01T00:00:00Z",
+                      until="2020-01-02T00:00:00Z")
+    assert run(backtest_of(operation)) == "succeeded"
+    body = api.get(operation["result_url"]).json()
+    assert (body["total"], body["evaluations"], body["changes"]) == (0, 0, [])
+
+
+# --- cancelling ------------------------------------------------------------------------------------
+
+def test_a_pending_backtest_is_cancelled_through_its_operation_and_then_never_runs(api):
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+
+    response = api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled" and response.json()["progress"]["evaluations"] == 0
+    assert run(backtest_of(operation)) == "done"
+    again = api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "AGP_INVALID_TRANSITION"
+    assert ledger_event_types(backtest_of(operation)) == ["backtest.created", "backtest.cancelled"]
+
+
+def test_an_unknown_operation_is_a_404_for_both_kinds(api):
+    assert api.get("/agp/operations/op_none").status_code == 404
+    response = api.patch("/agp/operations/op_none", {"status": "cancelled"}, format="json")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "AGP_NOT_FOUND"
+
+
+def test_the_scope_to_cancel_depends_on_the_operation_s_kind(api, make_token):
+    world = make_world()
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.policy.write', 'agp.execution.write'])}")
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+    envelope_operation = submit_async(api, world.envelope_request())
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.execution.write'])}")
+    refused = api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
+    assert refused.status_code == 403
+    assert refused.json()["error"]["details"]["required_scopes"] == ["agp.decision.write", "agp.policy.write"]
+
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.policy.write', 'agp.decision.read'])}")
+    refused = api.patch(f"/agp/operations/{envelope_operation['operation_id']}", {"status": "cancelled"},
+                        format="json")
+    assert refused.status_code == 403
+    assert refused.json()["error"]["details"]["required_scopes"] == ["agp.execution.write"]
+    assert api.get(f"/agp/operations/{operation['operation_id']}").status_code == 200
+    assert api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"},
+                     format="json").status_code == 200
+    assert api.get(f"{URL}/{backtest_of(operation)}").json()["status"] == "cancelled"

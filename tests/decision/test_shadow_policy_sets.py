@@ -1,0 +1,152 @@
+"""Shadow policy sets (CONTRACT C14): evaluated beside the set they shadow, recorded in
+``shadow_results``, never changing an outcome, never clearing an envelope."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agp_project.signing import verify_resource
+from core.models import LedgerEvent
+from decision.models import PolicyEvaluation
+from registry.models import PolicySet
+from tests.execution.factories import RULESET, make_policy_set, make_world
+
+pytestmark = pytest.mark.django_db
+
+# Denies what RULESET allows above an amount of 100 (RULESET denies above 1000).
+STRICTER = """package agp.stricter
+
+import rego.v1
+
+default allow := false
+
+allow if input.action_class in {"read", "write", "transact"}
+
+deny contains "amount over 100" if input.amount > 100
+"""
+
+# Allows everything RULESET allows: agrees on every input below.
+SAME = RULESET.replace("package agp.test", "package agp.same")
+
+
+def create_set(api, ruleset, **fields):
+    body = {"name": "candidate", "version": "2", "ruleset": ruleset, **fields}
+    return api.post("/agp/policy-sets", body, format="json")
+
+
+def evaluate(api, world, policy_set_id=None, **input_fields):
+    body = {"policy_set_id": policy_set_id or world.policy_set.policy_set_id, "task_id": world.task.task_id,
+            "agent_id": world.agent_id, "input": {"action_class": "transact", "amount": 50, **input_fields}}
+    response = api.post("/agp/policy-evaluations", body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def test_it_creates_a_signed_shadow_of_a_set(api):
+    world = make_world()
+    response = create_set(api, STRICTER, shadow_of=world.policy_set.policy_set_id, policy_set_id="ps-shadow")
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["shadow_of"] == world.policy_set.policy_set_id and body["status"] == "active"
+    assert verify_resource(body, api.get("/.well-known/jwks.json").json())
+    assert PolicySet.objects.get(policy_set_id="ps-shadow").shadow_of_id == world.policy_set.policy_set_id
+    assert LedgerEvent.objects.get(resource_id="ps-shadow").payload["shadow_of"] == world.policy_set.policy_set_id
+    listed = api.get("/agp/policy-sets", {"shadow_of": world.policy_set.policy_set_id}).json()["items"]
+    assert [item["policy_set_id"] for item in listed] == ["ps-shadow"]
+    # A set that shadows nothing does not carry the member (signatures issued before shadows still verify).
+    assert "shadow_of" not in create_set(api, SAME).json()
+
+
+@pytest.mark.parametrize("case", ["unknown", "self", "shadow", "revoked"])
+def test_it_refuses_a_shadow_of_what_would_never_be_evaluated(api, case):
+    world = make_world()
+    target = {"unknown": "ps-none", "self": "ps-new", "shadow": "ps-first-shadow",
+              "revoked": "ps-revoked"}[case]
+    make_policy_set(policy_set_id="ps-first-shadow", shadow_of=world.policy_set)
+    make_policy_set(policy_set_id="ps-revoked", status="revoked")
+
+    response = create_set(api, STRICTER, shadow_of=target, policy_set_id="ps-new")
+
+    assert response.status_code == 400
+    assert list(response.json()["error"]["details"]["fields"]) == ["shadow_of"]
+    assert not PolicySet.objects.filter(policy_set_id="ps-new").exists()
+
+
+def test_an_evaluation_records_each_active_shadow_and_its_disagreement_without_changing_the_outcome(api):
+    world = make_world()
+    plain = evaluate(api, world, amount=500)
+    assert plain["shadow_results"] == []
+    make_policy_set(policy_set_id="ps-b-stricter", ruleset=STRICTER, shadow_of=world.policy_set)
+    make_policy_set(policy_set_id="ps-a-same", ruleset=SAME, shadow_of=world.policy_set)
+
+    shadowed = evaluate(api, world, amount=500)
+
+    assert shadowed["result"] == plain["result"] == {"allow": True, "require_approval": False, "reasons": []}
+    assert shadowed["shadow_results"] == [
+        {"policy_set_id": "ps-a-same", "allow": True, "matches": True},
+        {"policy_set_id": "ps-b-stricter", "allow": False, "matches": False}]
+    stored = PolicyEvaluation.objects.get(evaluation_id=shadowed["evaluation_id"])
+    assert stored.allowed is True and stored.result == plain["result"]
+    assert stored.shadow_results == {"ps-a-same": {"allow": True, "matches": True},
+                                     "ps-b-stricter": {"allow": False, "matches": False}}
+    assert api.get(f"/agp/policy-evaluations/{shadowed['evaluation_id']}").json() == shadowed
+    event = LedgerEvent.objects.get(resource_id=shadowed["evaluation_id"])
+    assert event.payload["shadow_results"] == stored.shadow_results
+    assert "shadow_results" not in LedgerEvent.objects.get(resource_id=plain["evaluation_id"]).payload
+
+    # Where the primary denies and the shadow too, they agree.
+    denied = evaluate(api, world, amount=5000)
+    assert denied["result"]["allow"] is False
+    assert {r["policy_set_id"]: r["matches"] for r in denied["shadow_results"]} == {
+        "ps-a-same": True, "ps-b-stricter": True}
+
+
+def test_it_reads_the_set_and_its_shadows_in_the_one_query_it_read_the_set_in(api):
+    world = make_world()
+    body = {"policy_set_id": world.policy_set.policy_set_id, "task_id": world.task.task_id,
+            "agent_id": world.agent_id, "input": {"action_class": "read"}}
+    with CaptureQueriesContext(connection) as without:
+        assert api.post("/agp/policy-evaluations", body, format="json").status_code == 201
+    make_policy_set(policy_set_id="ps-shadow-1", ruleset=STRICTER, shadow_of=world.policy_set)
+    make_policy_set(policy_set_id="ps-shadow-2", ruleset=SAME, shadow_of=world.policy_set)
+    with CaptureQueriesContext(connection) as with_shadows:
+        response = api.post("/agp/policy-evaluations", body, format="json")
+    assert len(response.json()["shadow_results"]) == 2
+    assert len(with_shadows) == len(without)
+
+
+@pytest.mark.parametrize("shadow_status", ["deprecated", "revoked"])
+def test_a_deprecated_or_revoked_shadow_stops_shadowing(api, shadow_status):
+    world = make_world()
+    make_policy_set(policy_set_id="ps-retired", ruleset=STRICTER, shadow_of=world.policy_set, status=shadow_status)
+    make_policy_set(policy_set_id="ps-live", ruleset=STRICTER, shadow_of=world.policy_set)
+
+    assert [r["policy_set_id"] for r in evaluate(api, world)["shadow_results"]] == ["ps-live"]
+
+
+def test_a_shadow_evaluated_directly_has_no_shadows_and_shadow_results_are_read_only(api):
+    world = make_world()
+    shadow = make_policy_set(policy_set_id="ps-shadow", ruleset=STRICTER, shadow_of=world.policy_set)
+    assert evaluate(api, world, policy_set_id=shadow.policy_set_id)["shadow_results"] == []
+
+    response = api.post("/agp/policy-evaluations", {
+        "policy_set_id": world.policy_set.policy_set_id, "task_id": world.task.task_id, "agent_id": world.agent_id,
+        "input": {}, "shadow_results": []}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["details"]["fields"] == {"shadow_results": ["This field is read-only."]}
+
+
+def test_an_envelope_citing_an_evaluation_of_a_shadow_fails_check_5(api):
+    world = make_world()
+    shadow = make_policy_set(policy_set_id="ps-shadow", ruleset=RULESET.replace("agp.test", "agp.twin"),
+                             shadow_of=world.policy_set)
+    PolicyEvaluation.objects.filter(pk=world.evaluation.pk).update(policy_set=shadow,
+                                                                   ruleset_hash=shadow.ruleset_hash)
+
+    response = api.post("/agp/action-envelopes", world.envelope_request(), format="json")
+
+    assert response.status_code == 422
+    [failed] = response.json()["error"]["details"]["failed_checks"]
+    assert failed == {"check": "policy_evaluation", "reason": (
+        f"policy set 'ps-shadow' is a shadow of {world.policy_set.policy_set_id!r}: its evaluations clear nothing")}

@@ -1,0 +1,170 @@
+"""Freezes reaching running work (CONTRACT C13), with a real Celery worker on PostgreSQL and Redis.
+
+A freeze is created through the API while the worker runs: what it stops must be cancelled
+within 5 seconds (reservation released, callback delivered, ``operation.cancelled``
+ledgered), what was already passed to its connector must complete and be reported, and
+lifting must restore service.
+"""
+
+import re
+import time
+from decimal import Decimal
+
+import pytest
+
+from core import outbox
+from core.models import LedgerEvent
+from decision.models import CommerceSession
+from execution.models import Operation, Receipt
+from tests.execution.factories import make_world
+from tests.execution.receiver import receiver  # noqa: F401
+from tests.execution.worker import (  # noqa: F401
+    ledger_event_types, module_worker, poll_until_ended, submit_async, test_broker, wait_for, worker_db)
+
+pytestmark = pytest.mark.postgres
+
+# CONTRACT C13: how soon a running worker must have cancelled what a freeze stops.
+REACH_SECONDS = 5
+
+
+def status(operation_id):
+    return Operation.objects.get(operation_id=operation_id).status
+
+
+def freeze(api, target_type, target_id):
+    response = api.post("/agp/freezes", {"target_type": target_type, "target_id": target_id,
+                                         "reason": "operator stop"}, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def lift(api, freeze_id):
+    return api.patch(f"/agp/freezes/{freeze_id}", {"status": "lifted"}, format="json")
+
+
+def validate(api, world, **overrides):
+    return api.post("/agp/action-envelopes", world.envelope_request(**overrides), format="json")
+
+
+def failed_checks(response):
+    assert response.status_code == 422, response.content
+    return [item["check"] for item in response.json()["error"]["details"]["failed_checks"]]
+
+
+def callbacks_of(receiver, operation_id):
+    return [r.json() for r in receiver.requests if r.json().get("operation_id") == operation_id]
+
+
+def enforcements(worker) -> list[str]:
+    """What each ``agp.enforce_freeze`` the worker ran returned (operations it cancelled), in order."""
+    return re.findall(r"agp\.enforce_freeze\[[^\]]+\] succeeded in [0-9.]+s: (\d+)", worker.log_path.read_text())
+
+
+def test_an_agent_freeze_stops_everything_of_the_agent_within_five_seconds_and_lifting_restores_it(
+        api, settings, receiver, module_worker, worker_db, monkeypatch):
+    settings.AGP_ALLOW_PRIVATE_URLS = True  # the callback receiver listens on 127.0.0.1
+    world = make_world(action_class="transact", connector="external")
+    hook = receiver.url("/hook")
+    # One operation waiting for its external executor's receipt...
+    awaiting = submit_async(api, world.envelope_request(callback_url=hook))["operation_id"]
+    wait_for(lambda: status(awaiting) == "running", message="the external operation to await its receipt",
+             worker=module_worker)
+    # ... and one pending: accepted, its message not published yet (as if the web process
+    # died right after its commit: the outbox sweep would publish it 30 s later).
+    monkeypatch.setattr(outbox, "_publish", lambda message: False)
+    pending = submit_async(api, world.envelope_request(callback_url=hook))["operation_id"]
+    monkeypatch.undo()
+    session = CommerceSession.objects.get(pk=world.session.pk)
+    assert session.reserved_amount == Decimal("100")
+
+    started = time.monotonic()
+    frozen = freeze(api, "agent", world.agent_id)
+    wait_for(lambda: status(awaiting) == status(pending) == "cancelled", timeout=REACH_SECONDS,
+             interval=0.05, message="the freeze to cancel both operations", worker=module_worker)
+    assert time.monotonic() - started < REACH_SECONDS
+
+    for operation_id, stage in ((awaiting, "awaiting_receipt"), (pending, "pending")):
+        body = api.get(f"/agp/operations/{operation_id}").json()
+        assert body["status"] == "cancelled"
+        assert body["error"]["code"] == "AGP_FROZEN"
+        assert body["error"]["details"]["freezes"][0]["freeze_id"] == frozen["freeze_id"]
+        cancelled = LedgerEvent.objects.get(resource_id=operation_id, event_type="operation.cancelled")
+        assert cancelled.payload["stage"] == stage
+        assert cancelled.payload["freeze_ids"] == [frozen["freeze_id"]]
+        assert not Receipt.objects.filter(operation_id=operation_id).exists()
+    session.refresh_from_db()
+    assert (session.reserved_amount, session.spent_amount) == (Decimal("0"), Decimal("0"))
+    wait_for(lambda: callbacks_of(receiver, awaiting) and callbacks_of(receiver, pending),
+             message="both callbacks", worker=module_worker)
+    assert callbacks_of(receiver, awaiting)[0]["status"] == callbacks_of(receiver, pending)[0]["status"] == "cancelled"
+
+    # The executor's receipt comes after the freeze: refused.
+    action_id = Operation.objects.get(operation_id=awaiting).envelope_id
+    late = api.post("/agp/receipts", {"action_id": action_id, "operation_id": awaiting, "status": "succeeded"},
+                    format="json")
+    assert late.status_code == 409 and status(awaiting) == "cancelled"
+
+    # The next envelope fails with `freeze` listed among every failed check.
+    assert failed_checks(validate(api, world)) == ["freeze"]
+    assert failed_checks(validate(api, world, created_at="2999-01-01T00:00:00Z")) == ["created_at", "freeze"]
+    # The agent's evaluations are refused.
+    evaluation = {"policy_set_id": world.policy_set.policy_set_id, "task_id": world.task.task_id,
+                  "agent_id": world.agent_id, "input": {"action_class": "transact"}}
+    refused = api.post("/agp/policy-evaluations", evaluation, format="json")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "AGP_FROZEN"
+
+    # Lifting restores service; cancelled operations stay cancelled; lifting twice is a 409.
+    assert lift(api, frozen["freeze_id"]).status_code == 200
+    assert lift(api, frozen["freeze_id"]).status_code == 409
+    assert api.post("/agp/policy-evaluations", evaluation, format="json").status_code == 201
+    resumed = submit_async(api, world.envelope_request())["operation_id"]
+    wait_for(lambda: status(resumed) == "running", message="the resumed operation to reach its executor",
+             worker=module_worker)
+    action_id = Operation.objects.get(operation_id=resumed).envelope_id
+    done = api.post("/agp/receipts", {"action_id": action_id, "operation_id": resumed, "status": "succeeded"},
+                    format="json")
+    assert done.status_code == 201 and status(resumed) == "succeeded"
+    assert (status(awaiting), status(pending)) == ("cancelled", "cancelled")
+
+
+def test_a_tool_freeze_stops_that_tool_and_leaves_the_others_alone(api, module_worker, worker_db):
+    crm, payments = make_world(tool_id="crm"), make_world(tool_id="payments")
+    frozen = freeze(api, "tool", "crm")
+
+    assert failed_checks(validate(api, crm)) == ["freeze"]
+    other = submit_async(api, payments.envelope_request())["operation_id"]
+    assert poll_until_ended(api, other, module_worker)["status"] == "succeeded"
+
+    assert lift(api, frozen["freeze_id"]).status_code == 200
+    again = lift(api, frozen["freeze_id"])
+    assert again.status_code == 409 and again.json()["error"]["code"] == "AGP_INVALID_TRANSITION"
+    resumed = submit_async(api, crm.envelope_request())["operation_id"]
+    assert poll_until_ended(api, resumed, module_worker)["status"] == "succeeded"
+
+
+def test_a_freeze_kills_nothing_and_loses_nothing_already_passed_to_its_connector(
+        api, settings, receiver, module_worker, worker_db):
+    settings.AGP_ALLOW_PRIVATE_URLS = True
+    world = make_world(parameters={"limit": 10, "sleep_seconds": 3})
+    operation_id = submit_async(api, world.envelope_request(callback_url=receiver.url("/hook")))["operation_id"]
+    wait_for(lambda: status(operation_id) == "running", message="the slow noop to be called", worker=module_worker)
+
+    ran_before = len(enforcements(module_worker))
+    frozen = freeze(api, "agent", world.agent_id)
+    # The freeze's task runs on the worker's other process while the noop sleeps, and stops nothing.
+    wait_for(lambda: len(enforcements(module_worker)) > ran_before, message="the freeze's enforcement",
+             worker=module_worker)
+    assert enforcements(module_worker)[ran_before:] == ["0"]
+    assert status(operation_id) == "running"
+
+    final = poll_until_ended(api, operation_id, module_worker)
+    assert final["status"] == "succeeded" and final["error"] is None
+    receipt = Receipt.objects.get(operation_id=operation_id)
+    assert receipt.status == "succeeded" and receipt.result == {"ok": True}
+    wait_for(lambda: callbacks_of(receiver, operation_id), message="the callback", worker=module_worker)
+    assert ledger_event_types(operation_id)[:3] == ["operation.created", "operation.running", "operation.succeeded"]
+    assert "operation.cancelled" not in ledger_event_types(operation_id)
+    assert callbacks_of(receiver, operation_id)[0]["status"] == "succeeded"
+    # And the freeze holds for what comes next.
+    assert failed_checks(validate(api, world)) == ["freeze"]
+    assert lift(api, frozen["freeze_id"]).status_code == 200
