@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
+from agp_project.metrics import metrics_view
 from auth_tokens.views import token
 from core.views import healthz, jwks, readyz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path(".well-known/jwks.json", jwks, name="jwks"),
     path("oauth/token", token, name="oauth-token"),
     path("agp/openapi.json", SpectacularJSONAPIView.as_view(authentication_classes=[], permission_classes=[]),

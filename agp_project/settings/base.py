@@ -41,6 +41,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: every answer, whichever middleware gives it, has a request id and is counted.
+    "agp_project.http.middleware.RequestIdMiddleware",
+    "agp_project.http.middleware.MetricsMiddleware",
     "agp_project.http.middleware.SecurityHeadersMiddleware",
     "agp_project.http.middleware.BodySizeLimitMiddleware",
     "agp_project.http.middleware.NulQueryMiddleware",
@@ -238,11 +241,22 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": r"/agp",
 }
 
+# --- Operating it (CONTRACT C17; docs/operations.md) -----------------------------------
+# Set: GET /metrics answers only "Authorization: Bearer <this>".
+AGP_METRICS_TOKEN = env_str("AGP_METRICS_TOKEN")
+# "plain" (a line of text) or "json" (one object a line, with the request id).
+AGP_LOG_FORMAT = env_str("AGP_LOG_FORMAT", "plain")
+if AGP_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"AGP_LOG_FORMAT must be plain or json, got {AGP_LOG_FORMAT!r}")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+                   "json": {"()": "agp_project.logformat.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGP_LOG_FORMAT,
+                             "filters": ["request_id"]}},
+    "filters": {"request_id": {"()": "agp_project.logformat.RequestIdFilter"}},
     "root": {"handlers": ["console"], "level": env_str("AGP_LOG_LEVEL", "INFO")},
     # The MCP SDK and its HTTP client log every request at INFO; the connector logs what matters.
     "loggers": {"django.request": {"level": "ERROR"}, "httpx2": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
