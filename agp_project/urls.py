@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
+from agp_project.http.docs import ApiDocsView
 from agp_project.metrics import metrics_view
 from auth_tokens.views import token
 from core.views import healthz, jwks, readyz
@@ -14,6 +15,7 @@ urlpatterns = [
     path("oauth/token", token, name="oauth-token"),
     path("agp/openapi.json", SpectacularJSONAPIView.as_view(authentication_classes=[], permission_classes=[]),
          name="openapi"),
+    path("agp/docs", ApiDocsView.as_view(), name="api-docs"),
     path("agp/", include("registry.urls")),
     path("agp/", include("decision.urls")),
     path("agp/", include("execution.urls")),

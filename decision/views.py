@@ -2,10 +2,10 @@
 
 from rest_framework.response import Response
 
-from agp_project.http.schema import ExactFilterSchema, KeysetPaginationSchema, documented
+from agp_project.http.schema import documented
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
-from . import selectors, services
+from . import api_docs, selectors, services
 from .serializers import (
     ApprovalSerializer,
     CommerceSessionSerializer,
@@ -22,12 +22,9 @@ from .serializers import (
 
 class DecisionGroupViewSet(CreateMixin, AGPViewSet):
     scope_group = "decision"
-    # Schema only: AGPViewSet.list paginates and filters itself (agp_project/http/schema.py).
-    pagination_class = KeysetPaginationSchema
-    filter_backends = [ExactFilterSchema]
 
 
-@documented(ContextSerializer)
+@documented(ContextSerializer, api_docs.CONTEXTS)
 class ContextViewSet(DecisionGroupViewSet):
     """Task-scoped context records with a server-computed ``content_hash``."""
 
@@ -41,7 +38,7 @@ class ContextViewSet(DecisionGroupViewSet):
         return services.context_create(actor=actor, **validated)
 
 
-@documented(EvidenceBundleSerializer)
+@documented(EvidenceBundleSerializer, api_docs.EVIDENCE_BUNDLES)
 class EvidenceBundleViewSet(DecisionGroupViewSet):
     """Task-scoped evidence bundles with a server-computed ``bundle_hash``."""
 
@@ -55,7 +52,7 @@ class EvidenceBundleViewSet(DecisionGroupViewSet):
         return services.evidence_bundle_create(actor=actor, **validated)
 
 
-@documented(PolicyEvaluationSerializer, create={
+@documented(PolicyEvaluationSerializer, api_docs.POLICY_EVALUATIONS, create={
     422: "AGP_PREREQUISITE_FAILED: the policy set is revoked (check `policy_set_not_revoked`)."})
 class PolicyEvaluationViewSet(DecisionGroupViewSet):
     """Rego evaluations of a policy set's ruleset for a task (refused for revoked sets)."""
@@ -71,9 +68,10 @@ class PolicyEvaluationViewSet(DecisionGroupViewSet):
         return services.policy_evaluation_create(actor=actor, **validated)
 
 
-@documented(DecisionSerializer, patch=DecisionStatusSerializer, patch_errors={
+@documented(DecisionSerializer, api_docs.DECISIONS, patch=DecisionStatusSerializer, patch_errors={
     409: "AGP_INVALID_TRANSITION: only draft -> finalised (`details.from`, `to`, `allowed`).",
-    422: "AGP_IMPACT_ASSESSMENT_REQUIRED (rule 5), or AGP_PREREQUISITE_FAILED: an approve over a "
+    422: "AGP_IMPACT_ASSESSMENT_REQUIRED: the task needs an impact assessment of this decision first; or "
+         "AGP_PREREQUISITE_FAILED: an approve over a "
             "do_not_proceed assessment, or an evaluation of a revoked policy set (`details.failed_checks`)."})
 class DecisionViewSet(DecisionGroupViewSet):
     """Decision records: created ``draft``, finalised by PATCH (rule 5 applies)."""
@@ -94,7 +92,7 @@ class DecisionViewSet(DecisionGroupViewSet):
         return Response(self.render(decision))
 
 
-@documented(ImpactAssessmentSerializer)
+@documented(ImpactAssessmentSerializer, api_docs.IMPACT_ASSESSMENTS)
 class ImpactAssessmentViewSet(DecisionGroupViewSet):
     """Signed consequence assessments that rule 5 requires before finalising."""
 
@@ -109,7 +107,7 @@ class ImpactAssessmentViewSet(DecisionGroupViewSet):
         return services.impact_assessment_create(actor=actor, **validated)
 
 
-@documented(ApprovalSerializer, create={
+@documented(ApprovalSerializer, api_docs.APPROVALS, create={
     422: "AGP_PREREQUISITE_FAILED: the approver is the decision's own agent (check `approver_independent`)."})
 class ApprovalViewSet(DecisionGroupViewSet):
     """Immutable, expiring, signed approvals of decisions (``agp.approval.write`` to create)."""
@@ -125,7 +123,7 @@ class ApprovalViewSet(DecisionGroupViewSet):
         return services.approval_create(actor=actor, **validated)
 
 
-@documented(EscalationSerializer, patch=EscalationResolveSerializer, patch_errors={
+@documented(EscalationSerializer, api_docs.ESCALATIONS, patch=EscalationResolveSerializer, patch_errors={
     409: "AGP_INVALID_TRANSITION: only open -> resolved; resolved is final."})
 class EscalationViewSet(DecisionGroupViewSet):
     """Escalation notices: created ``open``, resolved once by PATCH with an outcome."""
@@ -146,7 +144,7 @@ class EscalationViewSet(DecisionGroupViewSet):
         return Response(self.render(escalation))
 
 
-@documented(CommerceSessionSerializer, create={
+@documented(CommerceSessionSerializer, api_docs.COMMERCE_SESSIONS, create={
     409: "AGP_CONFLICT: the id already exists; AGP_DELEGATION_SCOPE_VIOLATION: outside the delegation "
             "(agent, principal, chain, currency, spend limit, expiry; `details.violations`)."})
 class CommerceSessionViewSet(DecisionGroupViewSet):

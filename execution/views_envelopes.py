@@ -2,16 +2,17 @@
 
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agp_project import errors
 from agp_project.http.prefer import EXECUTE, execution_mode, parse_prefer
-from agp_project.http.schema import ErrorEnvelopeSerializer
+from agp_project.http.schema import ErrorEnvelopeSerializer, example, read_views
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
+from . import api_docs
 from .models import ActionEnvelope
 from .replay import replay_action
 from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer, envelope_document
@@ -28,6 +29,7 @@ PREFER_PARAMETER = OpenApiParameter(
                 "are ignored.")
 
 
+@extend_schema_view(**read_views(ActionEnvelopeSerializer, api_docs.ACTION_ENVELOPES))
 class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
     """Submit an action envelope (validate, or validate and execute); read accepted envelopes."""
 
@@ -46,6 +48,9 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
         return response
 
     @extend_schema(
+        summary=api_docs.ACTION_ENVELOPES.create_summary,
+        description=api_docs.ACTION_ENVELOPES.create,
+        examples=example(api_docs.ACTION_ENVELOPES.create_example),
         parameters=[PREFER_PARAMETER],
         request=ActionEnvelopeSerializer,
         responses={
@@ -88,6 +93,7 @@ class ReplayView(APIView):
     allowed_params = ("policy_set_id",)
 
     @extend_schema(
+        summary=api_docs.REPLAY_SUMMARY, description=api_docs.REPLAY,
         parameters=[OpenApiParameter("policy_set_id", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
                                      description="Also evaluate the action's recorded policy input under this "
                                                  "policy set (what-if).")],

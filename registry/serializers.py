@@ -75,7 +75,7 @@ class DelegationConstraintsSerializer(StrictSerializer):
 
 
 class DelegationChainSerializer(StrictSerializer):
-    """One link of a delegation chain; the server finds ``parent_delegation_id`` (C5)."""
+    """One link of a delegation chain; the server finds ``parent_delegation_id`` and signs the link."""
 
     type_name = "DelegationChain"
 
@@ -116,7 +116,7 @@ def delegation_link_payload(representation: dict, *, includes_own_signature: boo
 
 # --- policy sets --------------------------------------------------------------------------
 class PolicySetSerializer(StrictSerializer):
-    """A versioned Rego ``ruleset`` with its verified ``ruleset_hash``; created ``active`` (C6)."""
+    """A versioned Rego ``ruleset`` with its verified ``ruleset_hash``; created ``active``."""
 
     type_name = "PolicySet"
 
@@ -165,7 +165,7 @@ class PolicySetStatusSerializer(StrictSerializer):
 
 # --- tasks --------------------------------------------------------------------------------
 class TaskSerializer(StrictSerializer):
-    """A unit of work an agent performs for a root principal (C7, C11)."""
+    """A unit of work an agent performs for a root principal."""
 
     type_name = "Task"
 

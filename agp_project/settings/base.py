@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "core",
     "auth_tokens",
     "registry",
@@ -225,7 +226,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["auth_tokens.permissions.HasGroupScope"],
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "agp_project.http.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "agp_project.http.schema.AGPAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "COERCE_DECIMAL_TO_STRING": False,
     "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
@@ -233,12 +234,38 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "AGP — Agent Governance Service",
-    "DESCRIPTION": "Delegations, policy sets, decisions and fail-closed action execution for autonomous agents.",
+    "DESCRIPTION": (
+        "AGP governs autonomous software agents: who delegated what authority to which agent, which policies "
+        "are in force, which decisions, approvals and assessments stand behind an action. It executes an agent's "
+        "action only when every one of those checks passes, and records everything in a hash-chained ledger.\n\n"
+        "**Authentication.** When the server has authentication on, every operation needs "
+        "`Authorization: Bearer <token>`; get a token from `POST /oauth/token` with your client id and secret. "
+        "Each operation lists the scopes of which the token needs one.\n\n"
+        "**Requests.** JSON in, JSON out. Unknown fields are refused (400), never ignored. Leave an id out and the "
+        "server makes one. Send an `Idempotency-Key` with a POST or PATCH and retry it safely.\n\n"
+        "**Errors.** Every error has the body `{\"error\": {\"code\", \"message\", \"retryable\", "
+        "\"details\"}}`; `code` is stable (`AGP_INVALID_REQUEST`, `AGP_PREREQUISITE_FAILED`, ...) and "
+        "`retryable` says whether the same request may succeed later.\n\n"
+        "**Lists** are newest first and paged with `limit` and `cursor`; query parameters filter by exact match."),
     "VERSION": "0.1.0",
     "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/agp",
+    # The document's shared parts (agp_project/http/schema.py) and the token endpoint
+    # (auth_tokens/schema.py), added by drf-spectacular's public postprocessing hooks.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agp_project.http.schema.shared_responses",
+        "agp_project.http.schema.response_patterns",
+        "agp_project.http.schema.plain_component_descriptions",
+        "auth_tokens.schema.token_endpoint",
+    ],
+    # /agp/docs serves Swagger UI's files from the installed sidecar package: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "persistAuthorization": False, "displayRequestDuration": True,
+                            "docExpansion": "list", "defaultModelsExpandDepth": 0},
 }
 
 # --- Operating it (CONTRACT C17; docs/operations.md) -----------------------------------
