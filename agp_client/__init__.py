@@ -26,6 +26,7 @@ from .errors import (  # noqa: E402
     RateLimitedError,
     ScopeError,
     ServerError,
+    ToolChangedError,
     TransportError,
     UnavailableError,
     UnsupportedMediaTypeError,
@@ -38,6 +39,6 @@ __all__ = [
     "DelegationScopeViolationError", "ExecutionFailedError", "IdempotencyInProgressError", "IdempotencyKeyMismatchError",
     "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError", "NotFoundError",
     "OperationTimeoutError", "PayloadTooLargeError", "PrerequisiteFailedError", "RateLimitedError", "ScopeError",
-    "ServerError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError", "ValidationError",
+    "ServerError", "ToolChangedError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError", "ValidationError",
     "payload_hash", "verify_signature",
 ]

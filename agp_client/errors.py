@@ -159,6 +159,12 @@ class ExecutionFailedError(AGPError):
     default_code = "AGP_EXECUTION_FAILED"
 
 
+class ToolChangedError(ExecutionFailedError):
+    """An MCP tool's definition changed since its skill pinned it: the tool was not called."""
+
+    default_code = "AGP_TOOL_CHANGED"
+
+
 class TransportError(AGPError):
     """No usable response: connection refused or dropped, or timed out, after every retry."""
 
@@ -177,7 +183,7 @@ BY_CODE: dict[str, type[AGPError]] = {
                 NotFoundError, MethodNotAllowedError, ConflictError, DelegationScopeViolationError,
                 DelegationHopLimitError, InvalidTransitionError, IdempotencyInProgressError, PrerequisiteFailedError,
                 ImpactAssessmentRequiredError, IdempotencyKeyMismatchError, RateLimitedError, ServerError,
-                UnavailableError, ExecutionFailedError)
+                UnavailableError, ExecutionFailedError, ToolChangedError)
 }
 
 BY_STATUS: dict[int, type[AGPError]] = {

@@ -19,6 +19,7 @@ urlpatterns = [
     path("agp/", include("registry.urls")),
     path("agp/", include("decision.urls")),
     path("agp/", include("execution.urls")),
+    path("admin/audit/", include("auditing.urls")),
     path("admin/", admin.site.urls),
 ]
 

@@ -14,6 +14,7 @@ delegation and commerce session; a fixed number of queries whatever their size.
 from types import SimpleNamespace
 
 from django.contrib import admin
+from django.urls import reverse
 from django.utils.html import format_html
 
 from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json, short_hash
@@ -68,8 +69,8 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     search_fields = ("action_id", "task_id", "agent_id", "=decision_ref", "tool_id")
     date_hierarchy = "accepted_at"
     ordering = ("-accepted_at",)
-    linked_fields = ("operation_record", "receipt_record", "decision_record", "policy_evaluation_record",
-                     "approvals_record", "payment_record", "governance_links")
+    linked_fields = ("timeline_link", "operation_record", "receipt_record", "decision_record",
+                     "policy_evaluation_record", "approvals_record", "payment_record", "governance_links")
     exclude = ("parameters", "checks", "inputs")
     readonly_fields = ("parameters_pretty", "checks_record", "inputs_pretty")
 
@@ -93,6 +94,11 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     @admin.display(description="task", ordering="task_id")
     def task(self, obj):
         return id_link(Task, "task_id", obj.task_id)
+
+    @admin.display(description="timeline")
+    def timeline_link(self, obj):
+        return format_html('<a href="{}">Everything about this action on one page, in time order, with each '
+                           'record\'s signature checked</a>', reverse("audit:timeline", args=[obj.action_id]))
 
     @admin.display(description="operation status")
     def operation_status(self, obj):

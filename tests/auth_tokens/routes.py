@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from django.urls import URLPattern, URLResolver, get_resolver
 
-OPEN_ROUTES = {"/agp/openapi.json"}
+OPEN_ROUTES = {"/agp/openapi.json", "/agp/docs"}
 WRITE_METHODS = ("POST", "PATCH", "PUT", "DELETE")
 SAMPLE_IDS = ("1", "sample-id")
 
