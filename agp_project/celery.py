@@ -9,7 +9,7 @@ import logging.config
 import os
 
 from celery import Celery
-from celery.signals import setup_logging, task_postrun, task_prerun, worker_process_shutdown
+from celery.signals import setup_logging, task_postrun, task_prerun, worker_process_shutdown, worker_ready
 
 from .request_context import TASK_HEADER, bind_task, sane_request_id
 
@@ -48,3 +48,21 @@ def _forget_exited_pool_process(pid=None, **kwargs):
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())
+
+
+@worker_ready.connect
+def _serve_worker_metrics(**kwargs):
+    # Where the worker runs on another machine than gunicorn, its figures cannot reach the web
+    # tier's /metrics through a shared directory: it serves them itself (docs/operations.md).
+    from django.conf import settings
+
+    from .metrics import multiprocess_dir, worker_metrics_serve
+
+    bind = settings.AGP_WORKER_METRICS_BIND
+    if not bind:
+        return
+    if not multiprocess_dir():
+        logging.getLogger(__name__).error(
+            "AGP_WORKER_METRICS_BIND needs PROMETHEUS_MULTIPROC_DIR: the pool processes count, not this one")
+        return
+    worker_metrics_serve(bind)

@@ -18,7 +18,9 @@ rolled back counts nothing.
 
 import hmac
 import os
+import threading
 from collections.abc import Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from django.conf import settings
 from django.db import transaction
@@ -90,25 +92,29 @@ def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROCESS_DIR_VARIABLE) or None
 
 
-def exposition() -> bytes:
-    """Every family in Prometheus' text format: the processes' counters and the scrape-time gauges."""
+def exposition(*, database: bool = True) -> bytes:
+    """Every family in Prometheus' text format: the processes' counters and, with ``database``, the
+    scrape-time gauges."""
     registry = CollectorRegistry()
     if multiprocess_dir():
         MultiProcessCollector(registry)
     else:
         registry.register(REGISTRY)
-    registry.register(_ScrapeTimeCollector())
+    if database:
+        registry.register(_ScrapeTimeCollector())
     return generate_latest(registry)
 
 
 # --- GET /metrics ------------------------------------------------------------------------
 
+UNAUTHORISED = "A bearer token is required: Authorization: Bearer <AGP_METRICS_TOKEN>.\n"
 
-def _authorised(request) -> bool:
+
+def _authorised(authorization: str) -> bool:
     token = settings.AGP_METRICS_TOKEN
     if not token:
         return True
-    scheme, _, presented = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    scheme, _, presented = authorization.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
 
 
@@ -116,12 +122,44 @@ def metrics_view(request):
     """``GET /metrics``: open unless ``AGP_METRICS_TOKEN`` is set, then that bearer token only."""
     if request.method not in ("GET", "HEAD"):
         return HttpResponseNotAllowed(["GET", "HEAD"])
-    if not _authorised(request):
-        response = HttpResponse("A bearer token is required: Authorization: Bearer <AGP_METRICS_TOKEN>.\n",
-                                status=401, content_type="text/plain; charset=utf-8")
+    if not _authorised(request.META.get("HTTP_AUTHORIZATION", "")):
+        response = HttpResponse(UNAUTHORISED, status=401, content_type="text/plain; charset=utf-8")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     # The text format every Prometheus version reads (names are plain ASCII, nothing to escape).
     response = HttpResponse(exposition(), content_type=CONTENT_TYPE_PLAIN_0_0_4)
     response["Cache-Control"] = "no-store"
     return response
+
+
+# --- The worker's own endpoint, where it runs on another machine than the web tier ----------
+
+
+def worker_metrics_app(environ, start_response):
+    """A WSGI app answering ``GET /metrics`` with this machine's multiprocess figures, without the
+    database gauges (the web tier's ``/metrics`` has those), under the same token."""
+    if environ.get("PATH_INFO") != "/metrics" or environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"Only GET /metrics here.\n"]
+    if not _authorised(environ.get("HTTP_AUTHORIZATION", "")):
+        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                            ("WWW-Authenticate", 'Bearer realm="metrics"')])
+        return [UNAUTHORISED.encode()]
+    body = exposition(database=False)
+    start_response("200 OK", [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4), ("Content-Length", str(len(body)))])
+    return [body] if environ["REQUEST_METHOD"] == "GET" else []
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        """Scrapes every few seconds are not worth a log line each."""
+
+
+def worker_metrics_serve(bind: str) -> threading.Thread:
+    """Serve ``worker_metrics_app`` on ``host:port`` from a daemon thread of this process."""
+    host, _, port = bind.rpartition(":")
+    server = make_server(host.strip("[]") or "0.0.0.0", int(port), worker_metrics_app,  # noqa: S104 - the operator's choice
+                         handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="worker-metrics", daemon=True)
+    thread.start()
+    return thread

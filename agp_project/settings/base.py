@@ -271,6 +271,10 @@ SPECTACULAR_SETTINGS = {
 # --- Operating it (CONTRACT C17; docs/operations.md) -----------------------------------
 # Set: GET /metrics answers only "Authorization: Bearer <this>".
 AGP_METRICS_TOKEN = env_str("AGP_METRICS_TOKEN")
+# host:port: the Celery worker serves its own GET /metrics there (for a worker on another machine).
+AGP_WORKER_METRICS_BIND = env_str("AGP_WORKER_METRICS_BIND")
+if AGP_WORKER_METRICS_BIND and not AGP_WORKER_METRICS_BIND.rpartition(":")[2].isdigit():
+    raise ImproperlyConfigured(f"AGP_WORKER_METRICS_BIND must be host:port, got {AGP_WORKER_METRICS_BIND!r}")
 # "plain" (a line of text) or "json" (one object a line, with the request id).
 AGP_LOG_FORMAT = env_str("AGP_LOG_FORMAT", "plain")
 if AGP_LOG_FORMAT not in ("plain", "json"):

@@ -4,6 +4,8 @@ worker sharing one ``PROMETHEUS_MULTIPROC_DIR``, both logging JSON.
 - ``/metrics`` on gunicorn adds up what its two workers and the Celery worker's pool counted:
   a validated, a refused and an executed envelope move the right counters, the execution's
   only in the worker process; the scrape needs the metrics token.
+- The worker also serves its own figures (``AGP_WORKER_METRICS_BIND``, for a worker on another
+  machine): the execution's counters, no database gauges, the same token.
 - One ``X-Request-ID`` is echoed by the server and found on gunicorn's access line and on the
   worker's log lines of the execution and of both callback deliveries (the first refused).
 """
@@ -61,6 +63,7 @@ class Stack:
     web: Web
     worker: WorkerProcess
     metrics_dir: Path
+    worker_metrics_url: str
 
 
 def json_lines(path: Path) -> list[dict]:
@@ -114,10 +117,12 @@ def stack(test_broker, django_db_setup, tmp_path_factory):  # noqa: F811
     shared = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "AGP_LOG_FORMAT": "json"}
     factory = WorkerFactory(test_broker, workdir)
     web = None
+    worker_metrics = f"127.0.0.1:{free_port()}"
     try:
-        worker = factory.start(**shared)
+        worker = factory.start(**shared, AGP_METRICS_TOKEN=METRICS_TOKEN, AGP_WORKER_METRICS_BIND=worker_metrics)
         web = start_web(workdir=workdir, broker=test_broker, env={**shared, "AGP_METRICS_TOKEN": METRICS_TOKEN})
-        yield Stack(web=web, worker=worker, metrics_dir=metrics_dir)
+        yield Stack(web=web, worker=worker, metrics_dir=metrics_dir,
+                    worker_metrics_url=f"http://{worker_metrics}/metrics")
     finally:
         if web is not None:
             web.stop()
@@ -179,10 +184,20 @@ def test_web_and_worker_processes_add_up_on_one_metrics_endpoint_behind_its_toke
     assert str(stack.worker.process.pid) not in writers  # the worker's main process executes nothing itself
     assert len(writers) >= 2
 
-    for headers in ({}, {"Authorization": "Bearer wrong-token"}):
-        refused_scrape = requests.get(f"{stack.web.url}/metrics", headers=headers, timeout=10)
-        assert refused_scrape.status_code == 401
-        assert "agp_envelopes" not in refused_scrape.text
+    for url in (f"{stack.web.url}/metrics", stack.worker_metrics_url):
+        for headers in ({}, {"Authorization": "Bearer wrong-token"}):
+            refused_scrape = requests.get(url, headers=headers, timeout=10)
+            assert refused_scrape.status_code == 401
+            assert "agp_envelopes" not in refused_scrape.text
+
+    # The worker's own endpoint: the same files, without the gauges read from the database.
+    own = requests.get(stack.worker_metrics_url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10)
+    assert own.status_code == 200
+    worker_side = samples(own.text)
+    assert value(worker_side, "agp_envelopes_total", outcome="executed") == value(
+        after, "agp_envelopes_total", outcome="executed")
+    assert not any(name.startswith(("agp_ledger_", "agp_operations")) and not name.startswith("agp_operations_ended")
+                   for name, _ in worker_side)
 
 
 def test_one_request_id_is_echoed_and_followed_through_the_worker_log_lines(stack, worker_db, receiver):  # noqa: F811
