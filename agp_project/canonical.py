@@ -9,12 +9,12 @@ from typing import Any
 import rfc8785
 
 
-def _plain(value: Any) -> Any:
+def plain_json(value: Any) -> Any:
     """Bring values DRF may leave in rendered data (Decimal, tuples) to JSON types."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_json(v) for v in value]
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
     return value
@@ -64,7 +64,7 @@ def canonical_json(value: Any) -> bytes:
         # A lone surrogate does not encode: rfc8785 below raises its CanonicalizationError.
         with contextlib.suppress(UnicodeEncodeError):
             return _fast_dumps(value).encode("utf-8")
-    return rfc8785.dumps(_plain(value))
+    return rfc8785.dumps(plain_json(value))
 
 
 def sha256_hex(data: bytes) -> str:
@@ -78,3 +78,13 @@ def content_hash(value: Any) -> str:
 
 def bytes_hash(data: bytes) -> str:
     return "sha256:" + sha256_hex(data)
+
+
+def action_document(*, tool_id: str, operation: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
+    """The action a policy evaluation is made for and an envelope asks to run (CONTRACT C12)."""
+    return {"tool_id": tool_id, "operation": operation, "parameters": parameters or {}}
+
+
+def action_hash(*, tool_id: str, operation: str, parameters: dict[str, Any] | None) -> str:
+    """``content_hash`` of ``action_document``: an evaluation clears an envelope only when both agree."""
+    return content_hash(action_document(tool_id=tool_id, operation=operation, parameters=parameters))

@@ -1,6 +1,7 @@
 """Does a stored record still carry a valid signature of this service? (the auditor's pages)
 
-Each signed record is rendered as the API renders it and its signature checked against the
+Each signed record is rendered as the API renders it (its app's document function, which the
+services sign) and its signature checked against the
 service's own public key, exactly as a client checks it against ``/.well-known/jwks.json``:
 a changed field, a signature by another key or a missing signature all show. Records the
 service does not sign (tasks, decisions, operations, ...) are vouched for by the ledger.
@@ -10,13 +11,12 @@ from dataclasses import dataclass
 
 from agp_project.canonical import content_hash
 from agp_project.signing import get_signer, verify_resource
+from decision.documents import approval_document, impact_assessment_document
 from decision.models import Approval, ImpactAssessment
-from decision.serializers import ApprovalSerializer, ImpactAssessmentSerializer
+from execution.documents import envelope_document, receipt_document
 from execution.models import ActionEnvelope, Receipt
-from execution.serializers_envelopes import envelope_document
-from execution.serializers_operations import ReceiptSerializer
+from registry.documents import delegation_document, delegation_link_payload, policy_set_document
 from registry.models import Delegation, PolicySet
-from registry.serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
 
 VERIFIED, INVALID, UNSIGNED = "verified", "invalid", "unsigned"
 
@@ -44,7 +44,7 @@ def _checked(document: dict, what: str) -> SignatureStatus:
 
 
 def _delegation(link: Delegation) -> SignatureStatus:
-    representation = dict(DelegationChainSerializer(link).data)
+    representation = delegation_document(link)
     signature = representation.get("signature")
     if not signature:
         return SignatureStatus(INVALID, "the link has no signature")
@@ -71,13 +71,13 @@ def signature_status(record) -> SignatureStatus:
     if isinstance(record, ActionEnvelope):
         return _envelope(record)
     if isinstance(record, Receipt):
-        return _checked(dict(ReceiptSerializer(record).data), "receipt")
+        return _checked(receipt_document(record), "receipt")
     if isinstance(record, Approval):
-        return _checked(dict(ApprovalSerializer(record).data), "approval")
+        return _checked(approval_document(record), "approval")
     if isinstance(record, ImpactAssessment):
-        return _checked(dict(ImpactAssessmentSerializer(record).data), "assessment")
+        return _checked(impact_assessment_document(record), "assessment")
     if isinstance(record, PolicySet):
-        return _checked(dict(PolicySetSerializer(record).data), "policy set")
+        return _checked(policy_set_document(record), "policy set")
     if isinstance(record, Delegation):
         return _delegation(record)
     return SignatureStatus(UNSIGNED, "not signed; its changes are in the hash-chained ledger")

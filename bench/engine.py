@@ -1,4 +1,4 @@
-"""Scenario (e), engine alone: ``decision.engine.evaluate`` on the sample policy, compiled form cached.
+"""Scenario (e), engine alone: ``core.engine.evaluate`` on the sample policy, compiled form cached.
 
 Reuses the policy, input and timing helpers of ``bench/policy_eval.py``. Prints JSON (microseconds).
 """
@@ -13,7 +13,7 @@ if __name__ == "__main__":
     import django
 
     django.setup()
-    from decision import engine
+    from core import engine
 
     iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
     digest = "sha256:" + hashlib.sha256(SAMPLE_POLICY.encode()).hexdigest()

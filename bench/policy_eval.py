@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/policy_eval.py [--engine-iterations N] [--api-iterations N]
 
-- **engine**: ``decision.engine.evaluate`` on a sample policy whose compiled form is
+- **engine**: ``core.engine.evaluate`` on a sample policy whose compiled form is
   already cached (the steady state): clone the cached engine, set the input, read
   ``allow``, ``require_approval`` and ``deny``, apply C11.
 - **engine, uncached**: the same with a fresh compile each time (for comparison).
@@ -140,7 +140,7 @@ def main() -> None:
     from django.test import Client
     from django.utils import timezone
 
-    from decision import engine
+    from core import engine
     from registry.models import PolicySet, Task
 
     ruleset_hash = "sha256:" + hashlib.sha256(SAMPLE_POLICY.encode()).hexdigest()

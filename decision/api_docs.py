@@ -27,11 +27,15 @@ POLICY_EVALUATIONS = ResourceDocs(
           "the result (`allow`, `require_approval`, deny `reasons`), the input's hash and the ruleset's hash. An "
           "action envelope cites one to show the action was allowed.",
     create_summary="Evaluate a policy set",
-    create="The ruleset really runs, in the service. A ruleset that fails to evaluate gives `allow: false`, never "
-           "an error that lets an action through. A deprecated set still evaluates, with a warning; a revoked "
-           "one is refused with a 422. Needs the `agp.policy.write` scope.",
+    create="The ruleset really runs, in the service, on `input` with the `action` you evaluate as `input.action`. "
+           "An action envelope can cite the evaluation only for exactly that tool, operation and parameters. A "
+           "ruleset that fails to evaluate gives `allow: false`, never an error that lets an action through. A "
+           "deprecated set still evaluates, with a warning; a revoked one is refused with a 422. Needs the "
+           "`agp.policy.write` scope.",
     create_example={"policy_set_id": "ps_refund_limits", "task_id": "task_4711", "agent_id": "billing-agent",
-                    "input": {"action_class": "transact", "amount": 80, "currency": "EUR"}})
+                    "action": {"tool_id": "payments", "operation": "refund",
+                               "parameters": {"amount": 80, "currency": "EUR", "order_id": "4711"}},
+                    "input": {"action_class": "transact", "customer_tier": "gold"}})
 
 DECISIONS = ResourceDocs(
     singular="decision", plural="decisions",

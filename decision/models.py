@@ -43,6 +43,10 @@ class PolicyEvaluation(models.Model):
     agent_id = models.CharField(max_length=128)
     input = models.JSONField(default=dict)
     input_hash = models.CharField(max_length=71)
+    # The action evaluated (``{"tool_id", "operation", "parameters"}``, the Rego input's
+    # ``action``) and its hash; null for an evaluation made without one, which clears nothing.
+    action = models.JSONField(null=True, blank=True)
+    action_hash = models.CharField(max_length=71, blank=True, default="")
     ruleset_hash = models.CharField(max_length=71)
     result = models.JSONField(default=dict)
     allowed = models.BooleanField(default=False)

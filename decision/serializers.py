@@ -14,6 +14,7 @@ from agp_project.http.serializers import (
     SignatureSerializer,
     StrictSerializer,
 )
+from registry.serializers import OPERATION_MESSAGE, OPERATION_PATTERN, TOOL_MESSAGE, TOOL_PATTERN
 
 from .choices import (
     ApprovalVerdict,
@@ -27,6 +28,7 @@ from .choices import (
     Recommendation,
     Severity,
 )
+from .documents import approval_document, impact_assessment_document
 
 TEXT_MAX = 20000
 AGENT_MAX = 128
@@ -96,6 +98,14 @@ class StringListField(serializers.JSONField):
     """A stored list of strings, rendered as it is."""
 
 
+class ActionSerializer(StrictSerializer):
+    """The action an evaluation is made for: the envelope that cites it must ask for exactly this."""
+
+    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
+    operation = serializers.RegexField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE})
+    parameters = serializers.DictField(required=False, default=dict)
+
+
 class PolicyEvaluationSerializer(StrictSerializer):
     type_name = "PolicyEvaluation"
 
@@ -104,6 +114,10 @@ class PolicyEvaluationSerializer(StrictSerializer):
     task_id = IdField()
     agent_id = serializers.CharField(max_length=AGENT_MAX)
     input = serializers.DictField(required=False, default=dict, help_text="The Rego `input` document.")
+    action = ActionSerializer(required=False, allow_null=True, default=None, help_text=(
+        "The action evaluated, available to the ruleset as `input.action`. Only an evaluation made for "
+        "exactly the envelope's tool, operation and parameters clears that envelope."))
+    action_hash = BlankAsNullCharField(read_only=True, allow_null=True)
     result = PolicyResultField(read_only=True)
     input_hash = serializers.CharField(read_only=True)
     ruleset_hash = serializers.CharField(read_only=True)
@@ -206,6 +220,9 @@ class ImpactAssessmentSerializer(StrictSerializer):
     assessed_at = serializers.DateTimeField(required=False)
     signature = SignatureSerializer(read_only=True)
 
+    def to_representation(self, instance):
+        return impact_assessment_document(instance)
+
 
 # --- approvals -------------------------------------------------------------------------------
 class ApprovalSerializer(StrictSerializer):
@@ -220,6 +237,9 @@ class ApprovalSerializer(StrictSerializer):
     expires_at = serializers.DateTimeField(help_text="Required: an approval always expires.")
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+
+    def to_representation(self, instance):
+        return approval_document(instance)
 
 
 # --- escalations -----------------------------------------------------------------------------
@@ -281,9 +301,3 @@ class CommerceSessionSerializer(StrictSerializer):
     reserved_amount = serializers.DecimalField(max_digits=18, decimal_places=4, read_only=True)
     status = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
-
-
-def render_for_signature(serializer_class, instance) -> dict:
-    """The representation a signature covers: the rendered resource without ``signature``."""
-    data = serializer_class(instance).data
-    return {name: value for name, value in data.items() if name != "signature"}

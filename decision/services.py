@@ -17,17 +17,18 @@ from django.utils import timezone
 from django_fsm import ConcurrentTransition, can_proceed
 
 from agp_project import errors
-from agp_project.canonical import content_hash
+from agp_project.canonical import action_document, content_hash
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from agp_project.timeutil import iso, not_in_future
+from core import engine
 from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
 from registry.models import Delegation, PolicySet, Task
 from registry.selectors import delegation_chain_problem
 
-from . import engine
-from .choices import DecisionOutcome, DecisionStatus, EscalationStatus, EthicalFramework, Recommendation
+from .choices import DecisionOutcome, DecisionStatus, EscalationStatus, Recommendation
+from .documents import ETHICAL_DEFAULTS, PARETO_DEFAULTS, approval_document, impact_assessment_document
 from .models import (
     Approval,
     CommerceSession,
@@ -120,10 +121,19 @@ def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
     return warnings
 
 
+def policy_evaluation_input(*, input: dict[str, Any], action: dict[str, Any] | None) -> dict[str, Any]:
+    """The Rego ``input``: the client's input with ``input.action`` set to the action evaluated."""
+    return {**input, "action": action} if action is not None else input
+
+
 def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,
-                             input: dict[str, Any], evaluation_id: str | None = None,
-                             created_at: datetime | None = None) -> PolicyEvaluation:
-    """Evaluate the policy set's Rego ruleset for ``input`` and record the result.
+                             input: dict[str, Any], action: dict[str, Any] | None = None,
+                             evaluation_id: str | None = None, created_at: datetime | None = None) -> PolicyEvaluation:
+    """Evaluate the policy set's Rego ruleset for ``input`` and ``action``, and record the result.
+
+    ``action`` (``{"tool_id", "operation", "parameters"}``) is what the evaluation may later
+    clear: an envelope cites it only for exactly that action (CONTRACT C12); the ruleset
+    reads it as ``input.action``. An evaluation without one clears no envelope.
 
     A revoked set is refused (422); a deprecated, expired or not yet effective one is
     evaluated with a warning. The engine never raises: a ruleset that fails to compile or
@@ -134,6 +144,11 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     nothing, since check 5 of an envelope refuses an evaluation whose set is revoked.
     """
     evaluation_id = evaluation_id or new_id("pev")
+    if action is not None:
+        if "action" in input:
+            raise errors.invalid_fields({"input": [
+                "input.action is set by the service from the request's action: send one or the other."]})
+        action = action_document(**action)
     policy_set = PolicySet.objects.filter(policy_set_id=policy_set_id).first()
     missing = {}
     if policy_set is None:
@@ -147,19 +162,23 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
             details={"failed_checks": [_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})
     input_hash = _hash_of(input, "input")
+    evaluated_action_hash = _hash_of(action, "action") if action is not None else ""
     now = timezone.now()
-    outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=input)
+    outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash,
+                              input=policy_evaluation_input(input=input, action=action))
     result = outcome.as_result()
     with _unique("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic():
         evaluation = PolicyEvaluation.objects.create(
             evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
-            input_hash=input_hash, ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
+            input_hash=input_hash, action=action, action_hash=evaluated_action_hash,
+            ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
             require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
             evaluated_at=now, created_at=_created_at(created_at, now))
         ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
                       resource_id=evaluation_id, actor=actor,
                       payload={"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
-                               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash, "result": result,
+                               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash,
+                               "action_hash": evaluated_action_hash or None, "result": result,
                                "engine": outcome.engine})
     return evaluation
 
@@ -274,9 +293,6 @@ def decision_status_set(*, actor: str, decision_id: str, status: str, now: datet
 # --- impact assessments ----------------------------------------------------------------------
 # What an assessment says about what the request left out: the careful reading (no
 # improvement without harm shown, no mitigation known, the spec's framework).
-PARETO_DEFAULTS = {"improves_without_harm": False, "harmed_parties": [], "mitigation_available": False,
-                   "mitigation_notes": ""}
-ETHICAL_DEFAULTS = {"primary": EthicalFramework.VEIL_OF_IGNORANCE.value, "secondary": [], "prohibitions": []}
 
 
 def _impact_defaults(*, stakeholders_affected, pareto_assessment, ethical_framework_applied,
@@ -302,8 +318,6 @@ def impact_assessment_create(*, actor: str, task_id: str, decision_ref: str, age
     Refused (400) for an unknown task or decision, a decision of another task, or a
     decision that is already finalised.
     """
-    from .serializers import ImpactAssessmentSerializer, render_for_signature
-
     assessment_id = assessment_id or new_id("ia")
     now = timezone.now()
     assessed_at = not_in_future(assessed_at, field="assessed_at", now=now) if assessed_at else now
@@ -333,7 +347,7 @@ def impact_assessment_create(*, actor: str, task_id: str, decision_ref: str, age
             time_horizons=[dict(item) for item in time_horizons], stakeholders_affected=stakeholders,
             pareto_assessment=pareto, ethical_framework_applied=ethical, recommendation=recommendation,
             recommendation_rationale=recommendation_rationale, assessed_at=assessed_at, created_at=now)
-        assessment.signature = sign_resource(render_for_signature(ImpactAssessmentSerializer, assessment))
+        assessment.signature = sign_resource(impact_assessment_document(assessment))
         assessment.save(force_insert=True)
         ledger_append(event_type="impact_assessment.created", resource_type="ImpactAssessment",
                       resource_id=assessment_id, actor=actor,
@@ -350,8 +364,6 @@ def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: st
 
     The decision's own agent cannot approve it (422): an approval is a second pair of eyes.
     """
-    from .serializers import ApprovalSerializer, render_for_signature
-
     approval_id = approval_id or new_id("apr")
     now = timezone.now()
     decision = Decision.objects.filter(decision_id=decision_ref).first()
@@ -367,7 +379,7 @@ def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: st
     with _unique("approval", "approval_id", approval_id), transaction.atomic():
         approval = Approval(approval_id=approval_id, decision=decision, approver=approver, verdict=verdict,
                             conditions=list(conditions), expires_at=expires_at, created_at=_created_at(created_at, now))
-        approval.signature = sign_resource(render_for_signature(ApprovalSerializer, approval))
+        approval.signature = sign_resource(approval_document(approval))
         approval.save(force_insert=True)
         ledger_append(event_type="approval.created", resource_type="Approval", resource_id=approval_id,
                       actor=actor, payload={"decision_ref": decision_ref, "approver": approver, "verdict": verdict,

@@ -97,6 +97,8 @@ class Receipt(models.Model):
     started_at = models.DateTimeField()
     completed_at = models.DateTimeField()
     executor = models.CharField(max_length=256)
+    # Why the action was allowed (CONTRACT C12), covered by the signature.
+    governance = models.JSONField(default=dict)
     signature = models.JSONField(default=dict)
     created_at = models.DateTimeField()
 

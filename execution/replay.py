@@ -5,16 +5,19 @@
 state (the envelope's own reservation or payment counting as its own, exactly as at
 execution time). ``changed_checks`` names every check whose outcome differs.
 
-With a ``policy_set_id``, the policy input recorded by the action's policy evaluation is
-evaluated under that (candidate) policy set through the decision app's engine: a what-if
+With a ``policy_set_id``, the action is evaluated under that (candidate) policy set: the
+input recorded by the action's policy evaluation, with ``input.action`` the envelope's own
+action (tool, operation, parameters), whatever the evaluation was made for. A what-if
 before a new policy version is put in force. Nothing is written.
 """
 
 from typing import Any
 
 from agp_project import errors
-from agp_project.canonical import content_hash
+from agp_project.canonical import action_document, content_hash
+from core.engine import evaluate
 from decision.models import PolicyEvaluation
+from decision.services import policy_evaluation_input
 from registry.models import PolicySet
 
 from .checks import envelope_recheck
@@ -53,8 +56,6 @@ def replay_action(*, action_id: str, policy_set_id: str | None = None) -> dict[s
 
 
 def _what_if(*, envelope: ActionEnvelope, policy_set: PolicySet) -> dict[str, Any]:
-    from decision.engine import evaluate  # the decision app's engine seam (regorus, or OPA when configured)
-
     evaluation = PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref).first()
     if evaluation is None:
         # The recorded evaluation is gone (it cannot be: PROTECT); fail closed all the same.
@@ -62,13 +63,14 @@ def _what_if(*, envelope: ActionEnvelope, policy_set: PolicySet) -> dict[str, An
                                                "reasons": ["the recorded policy evaluation no longer exists"]}
     else:
         recorded_input, original_result = evaluation.input, evaluation.result
-    result = evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash,
-                      input=recorded_input).as_result()
+    what_if_input = policy_evaluation_input(input=recorded_input, action=action_document(
+        tool_id=envelope.tool_id, operation=envelope.operation, parameters=envelope.parameters))
+    result = evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=what_if_input).as_result()
     return {
         "policy_set_id": policy_set.policy_set_id,
         "policy_set_status": policy_set.status,
         "ruleset_hash": policy_set.ruleset_hash,
-        "input_hash": content_hash(recorded_input),
+        "input_hash": content_hash(what_if_input),
         "result": result,
         "original_result": original_result,
         "matches": bool(result.get("allow")) == bool(original_result.get("allow")),

@@ -57,10 +57,10 @@ from .choices import (
     ReceiptStatus,
 )
 from .connectors import Call, ExecutionFailed, connector_for
+from .documents import envelope_document, receipt_document
 from .models import ActionEnvelope, Operation, Receipt
 from .outbox import outbox_enqueue, outbox_request_id
-from .serializers_envelopes import envelope_document
-from .serializers_operations import ReceiptSerializer
+from .selectors import receipt_governance
 
 logger = logging.getLogger(__name__)
 
@@ -252,9 +252,10 @@ def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], 
     receipt = Receipt(receipt_id=receipt_id or new_id("rcpt"), operation_id=operation.operation_id,
                       action_id=operation.envelope_id, status=status, result=result,
                       result_hash=content_hash(result), started_at=started_at, completed_at=completed_at,
-                      executor=executor, created_at=completed_at)
+                      executor=executor, governance=receipt_governance(envelope=operation.envelope),
+                      created_at=completed_at)
     # Sign exactly what the API shows (the representation without its signature).
-    receipt.signature = sign_resource(ReceiptSerializer(receipt).data)
+    receipt.signature = sign_resource(receipt_document(receipt))
     if receipt_id is None:  # a fresh id cannot collide: no savepoint needed
         receipt.save(force_insert=True)
         return receipt

@@ -1,11 +1,9 @@
 """Action envelopes and replay: the request parser and the representations (CONTRACT C8, C9).
 
-``envelope_document`` is the one ActionEnvelope body: the 200 of a validation, the stored
-envelope behind ``result_url`` and the bytes the envelope signature covers all come from
-it, so the signature verifies against what a client reads.
+An envelope renders as ``execution.documents.envelope_document``: the 200 of a validation,
+the stored envelope behind ``result_url`` and the bytes its signature covers are one body.
 """
 
-from typing import Any
 
 import rfc8785
 from rest_framework import serializers
@@ -13,36 +11,8 @@ from rest_framework import serializers
 from agp_project.canonical import content_hash
 from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
 from agp_project.net import url_guard
-from agp_project.timeutil import iso
 
-from .models import ActionEnvelope
-
-
-def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[str, Any]:
-    """The ActionEnvelope as issued; without ``signature`` when ``signed`` is False (what is signed)."""
-    document = {
-        "type": "ActionEnvelope",
-        "action_id": envelope.action_id,
-        "task_id": envelope.task_id,
-        "agent_id": envelope.agent_id,
-        "tool_id": envelope.tool_id,
-        "operation": envelope.operation,
-        "parameters": envelope.parameters,
-        "parameters_hash": envelope.parameters_hash,
-        "allowed_parameter_ranges": envelope.allowed_parameter_ranges,
-        "capability_token_ref": envelope.capability_token_ref,
-        "decision_ref": envelope.decision_ref,
-        "policy_decision_ref": envelope.policy_decision_ref,
-        "approval_ref": envelope.approval_ref or None,
-        "commerce_session_ref": envelope.commerce_session_ref or None,
-        "payment_ref": envelope.payment_ref or None,
-        "callback_url": envelope.callback_url or None,
-        "created_at": iso(envelope.created_at),
-        "governance_attestations": envelope.governance_attestations,
-    }
-    if signed:
-        document["signature"] = envelope.signature
-    return document
+from .documents import envelope_document
 
 
 class GovernanceAttestationSerializer(serializers.Serializer):

@@ -14,6 +14,7 @@ from agp_project.http.serializers import IdField, SignatureSerializer, StrictSer
 from agp_project.http.viewsets import absolute_url
 
 from .choices import OperationStatus, ReceiptStatus
+from .documents import receipt_document
 from .models import Operation
 
 
@@ -86,5 +87,11 @@ class ReceiptSerializer(StrictSerializer):
     started_at = serializers.DateTimeField(required=False)
     completed_at = serializers.DateTimeField(required=False)
     executor = serializers.CharField(required=False, max_length=256, allow_blank=False)
+    governance = serializers.JSONField(read_only=True, help_text=(
+        "Why the action was allowed: decision, policy evaluation, policy set and ruleset, the action's hash, "
+        "approvals, impact assessment, delegation path (root first), commerce session and payment."))
     created_at = serializers.DateTimeField(read_only=True)
     signature = SignatureSerializer(read_only=True)
+
+    def to_representation(self, instance):
+        return receipt_document(instance)

@@ -33,9 +33,9 @@ from core.ledger import ledger_append, ledger_batch, ledger_record
 from .budgets import BudgetExhausted, payment_reserve
 from .checks import CHECK_NAMES, CheckReport, EnvelopeInputs, envelope_checks
 from .choices import EXECUTE_TASK
+from .documents import envelope_document
 from .models import ActionEnvelope, Operation
 from .outbox import outbox_enqueue
-from .serializers_envelopes import envelope_document
 
 BROKER_TIMEOUT_SECONDS = 1.0
 

@@ -13,9 +13,10 @@ from agp_project.http.schema import ErrorEnvelopeSerializer, example, read_views
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from . import api_docs
+from .documents import envelope_document
 from .models import ActionEnvelope
 from .replay import replay_action
-from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer, envelope_document
+from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer
 from .serializers_operations import OperationSerializer, operation_representation
 from .services import envelope_accept, envelope_inputs, envelope_validate
 

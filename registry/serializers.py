@@ -30,6 +30,7 @@ from .choices import (
     SkillStatus,
     TaskStatus,
 )
+from .documents import delegation_document, policy_set_document
 from .scopes import is_valid_scope
 
 # A chain's depth is bounded by the hops its root grants; 64 keeps every materialised
@@ -38,9 +39,9 @@ MAX_HOPS = 64
 NAME_MAX = 128
 PARAMETER_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
 TOOL_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
+TOOL_MESSAGE = "A tool id is 1-128 characters of letters, digits and . _ : / -."
 OPERATION_PATTERN = r"^[A-Za-z0-9._/-]{1,128}$"
-# What a delegation link's signature does not cover: the fields that change after issue.
-LINK_UNSIGNED_FIELDS = ("signature", "status", "revoked_at")
+OPERATION_MESSAGE = "An operation is 1-128 characters of letters, digits and . _ / -."
 
 
 def _unique(values: list, field: str) -> list:
@@ -97,21 +98,8 @@ class DelegationChainSerializer(StrictSerializer):
     def validate_authority_scope(self, value):
         return _unique(value, "authority_scope")
 
-
-def delegation_link_payload(representation: dict, *, includes_own_signature: bool = True) -> dict:
-    """What the signature of one delegation link covers.
-
-    The DelegationChain as rendered, without the fields that change after issue
-    (``signature``, ``status``, ``revoked_at``), and with ``signature_chain`` ending
-    *before* this link's own signature: the parent's chain. Binding the parent's chain
-    into every link makes the chain tamper-evident from the root down. To verify a
-    response, pass it as is (``includes_own_signature=True``) to this function and check
-    ``signature_chain[-1]`` over ``content_hash`` of the result.
-    """
-    payload = {key: value for key, value in representation.items() if key not in LINK_UNSIGNED_FIELDS}
-    chain = list(representation.get("signature_chain") or [])
-    payload["signature_chain"] = chain[:-1] if includes_own_signature else chain
-    return payload
+    def to_representation(self, instance):
+        return delegation_document(instance)
 
 
 # --- policy sets --------------------------------------------------------------------------
@@ -153,6 +141,9 @@ class PolicySetSerializer(StrictSerializer):
 
     def validate_regulatory_frameworks(self, value):
         return _unique(value, "regulatory_frameworks")
+
+    def to_representation(self, instance):
+        return policy_set_document(instance)
 
 
 class PolicySetStatusSerializer(StrictSerializer):
@@ -267,11 +258,9 @@ class CapabilitySerializer(StrictSerializer):
     capability_id = IdField(required=False)
     agent_id = AgentField()
     delegation_id = IdField()
-    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={
-        "invalid": "A tool id is 1-128 characters of letters, digits and . _ : / -."})
+    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
     operations = serializers.ListField(
-        child=serializers.RegexField(OPERATION_PATTERN, error_messages={
-            "invalid": "An operation is 1-128 characters of letters, digits and . _ / -."}),
+        child=serializers.RegexField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE}),
         min_length=1, max_length=100)
     allowed_parameter_ranges = ParameterRangesField(required=False)
     expires_at = serializers.DateTimeField(required=False)
@@ -316,8 +305,7 @@ class SkillSerializer(StrictSerializer):
     agent_id = AgentField()
     name = serializers.CharField(max_length=256)
     version = serializers.CharField(max_length=64, required=False, allow_blank=True)
-    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={
-        "invalid": "A tool id is 1-128 characters of letters, digits and . _ : / -."})
+    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
     connector = serializers.ChoiceField(choices=Connector.choices, required=False)
     endpoint_url = HttpUrlField(max_length=1024, required=False, allow_blank=True,
                                 help_text="Required for the http and mcp connectors; checked against SSRF at "

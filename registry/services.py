@@ -40,9 +40,9 @@ from core.ledger import ledger_append
 
 from . import selectors
 from .choices import ActiveStatus, Connector, PolicySetStatus, RevocationTarget, SkillStatus, TaskStatus
+from .documents import delegation_document, delegation_link_payload, policy_set_document
 from .models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task, path_pks, path_segment
 from .scopes import scope_covers, tool_scope
-from .serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
 from .tool_pins import tool_pins_from_listing
 
 
@@ -186,7 +186,7 @@ def delegation_create(
             status=ActiveStatus.ACTIVE, created_at=created_at)
         # The link's signature covers the rendered link with the parent's signature chain.
         delegation.signature = sign_resource(delegation_link_payload(
-            DelegationChainSerializer(delegation).data, includes_own_signature=False))
+            delegation_document(delegation), includes_own_signature=False))
         delegation.signature_chain = [*delegation.signature_chain, delegation.signature["value"]]
         _insert(delegation, id_field="delegation_id", type_name="delegation")
         delegation.path = (parent.path if parent else "") + path_segment(delegation.pk)
@@ -288,7 +288,7 @@ def _delegation_expiry(*, parent: Delegation, requested: datetime | None) -> dat
 def _policy_set_sign(policy_set: PolicySet) -> None:
     """(Re-)sign the policy set as rendered: issued on creation and on every status change."""
     policy_set.signature = None
-    policy_set.signature = sign_resource(PolicySetSerializer(policy_set).data)
+    policy_set.signature = sign_resource(policy_set_document(policy_set))
 
 
 def policy_set_create(

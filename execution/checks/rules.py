@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from agp_project.canonical import action_hash
 from decision.models import Approval, CommerceSession, Escalation, ImpactAssessment, PolicyEvaluation
 from decision.selectors import ZERO, impact_assessment_required
 from registry.models import Capability, Delegation, LiabilityBinding, Skill, Task, path_pks
@@ -100,12 +101,22 @@ def parameters_violations(parameters: dict[str, Any], ranges: dict[str, Any]) ->
 
 
 # --- 1. task -----------------------------------------------------------------------------------------
+def _agent_problem(kind: str, record_id: str, owner: str, agent_id: str) -> str | None:
+    """Why a record of another agent cannot govern this envelope (CONTRACT C12), or None."""
+    if owner != agent_id:
+        return f"{kind} {record_id!r} belongs to agent {owner!r}, not to the envelope's agent {agent_id!r}"
+    return None
+
+
 def check_task(*, task: Task | None, inputs: EnvelopeInputs) -> Outcome:
     if task is None:
         return Outcome.fail("task", f"task {inputs.task_id!r} does not exist")
-    if task.status != "open":
-        return Outcome.fail("task", f"task {task.task_id!r} is {task.status}, not open")
-    return Outcome.ok("task", f"task {task.task_id!r} is open")
+    problems = [problem for problem in (
+        f"task {task.task_id!r} is {task.status}, not open" if task.status != "open" else None,
+        _agent_problem("task", task.task_id, task.agent_id, inputs.agent_id)) if problem]
+    if problems:
+        return Outcome.fail("task", *problems)
+    return Outcome.ok("task", f"task {task.task_id!r} is open and the envelope's agent's")
 
 
 # --- 2. delegation ---------------------------------------------------------------------------------------
@@ -192,6 +203,9 @@ def check_decision(*, decision, inputs: EnvelopeInputs) -> Outcome:
     else:
         if decision.task_id != inputs.task_id:
             problems.append(f"decision {decision.decision_id!r} is for another task")
+        problem = _agent_problem("decision", decision.decision_id, decision.agent_id, inputs.agent_id)
+        if problem:
+            problems.append(problem)
         if decision.status != "finalised":
             problems.append(f"decision {decision.decision_id!r} is {decision.status}, not finalised")
         if decision.outcome != "approve":
@@ -199,6 +213,20 @@ def check_decision(*, decision, inputs: EnvelopeInputs) -> Outcome:
     if problems:
         return Outcome.fail("decision", *problems)
     return Outcome.ok("decision", f"decision {decision.decision_id!r} is finalised with outcome approve")
+
+
+def _action_problem(evaluation: PolicyEvaluation, inputs: EnvelopeInputs) -> str | None:
+    """Why ``evaluation`` was not made for this envelope's action, or None (compared by hash)."""
+    wanted = action_hash(tool_id=inputs.tool_id, operation=inputs.operation, parameters=inputs.parameters)
+    if evaluation.action_hash == wanted:
+        return None
+    prefix = f"policy evaluation {evaluation.evaluation_id!r} was evaluated for another action"
+    action = evaluation.action
+    if not action:
+        return f"{prefix}: it names no action, so it clears none"
+    differs = [name for name, value in (("tool_id", inputs.tool_id), ("operation", inputs.operation),
+                                        ("parameters", inputs.parameters)) if action.get(name) != value]
+    return f"{prefix} ({', '.join(differs) or 'its action'} not the envelope's)"
 
 
 # --- 5. policy evaluation ---------------------------------------------------------------------------------
@@ -210,8 +238,12 @@ def check_policy_evaluation(*, evaluation: PolicyEvaluation | None, inputs: Enve
         policy_set = evaluation.policy_set
         if evaluation.task_id != inputs.task_id:
             problems.append(f"policy evaluation {evaluation.evaluation_id!r} is for another task")
-        if evaluation.agent_id != inputs.agent_id:
-            problems.append(f"policy evaluation {evaluation.evaluation_id!r} is for another agent")
+        problem = _agent_problem("policy evaluation", evaluation.evaluation_id, evaluation.agent_id, inputs.agent_id)
+        if problem:
+            problems.append(problem)
+        problem = _action_problem(evaluation, inputs)
+        if problem:
+            problems.append(problem)
         if not evaluation.allowed or not (evaluation.result or {}).get("allow", False):
             reasons = (evaluation.result or {}).get("reasons") or []
             problems.append(f"policy evaluation {evaluation.evaluation_id!r} did not allow the action"

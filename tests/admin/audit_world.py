@@ -14,11 +14,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 from agp_project.signing import sign_resource
-from decision.serializers import ApprovalSerializer, ImpactAssessmentSerializer, render_for_signature
+from decision.documents import approval_document, impact_assessment_document
 from execution.models import ActionEnvelope, CallbackAttempt, Operation
 from execution.runner import operation_execute
+from registry.documents import delegation_document, delegation_link_payload, policy_set_document
 from registry.models import Delegation, PolicySet
-from registry.serializers import DelegationChainSerializer, PolicySetSerializer, delegation_link_payload
 from tests.execution.factories import World, make_delegation, make_full_world
 
 
@@ -38,8 +38,7 @@ class AuditedAction:
 def sign_delegation(link: Delegation) -> None:
     parent_chain = list(link.parent.signature_chain) if link.parent_id else []
     link.signature_chain = parent_chain
-    link.signature = sign_resource(delegation_link_payload(DelegationChainSerializer(link).data,
-                                                           includes_own_signature=False))
+    link.signature = sign_resource(delegation_link_payload(delegation_document(link), includes_own_signature=False))
     link.signature_chain = [*parent_chain, link.signature["value"]]
     Delegation.objects.filter(pk=link.pk).update(signature=link.signature, signature_chain=link.signature_chain)
 
@@ -50,10 +49,10 @@ def make_audited_action(api, **overrides) -> AuditedAction:
     for link in (world.root_delegation, world.delegation):
         link.refresh_from_db()
         sign_delegation(link)
-    world.policy_set.signature = sign_resource(PolicySetSerializer(world.policy_set).data)
+    world.policy_set.signature = sign_resource(policy_set_document(world.policy_set))
     PolicySet.objects.filter(pk=world.policy_set.pk).update(signature=world.policy_set.signature)
-    for record, serializer in ((world.assessment, ImpactAssessmentSerializer), (world.approval, ApprovalSerializer)):
-        record.signature = sign_resource(render_for_signature(serializer, record))
+    for record, document in ((world.assessment, impact_assessment_document), (world.approval, approval_document)):
+        record.signature = sign_resource(document(record))
         type(record).objects.filter(pk=record.pk).update(signature=record.signature)
 
     refused = api.post("/agp/action-envelopes", world.envelope_request(capability_token_ref="cap_unknown"),

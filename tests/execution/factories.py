@@ -35,7 +35,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from agp_project.canonical import content_hash
+from agp_project.canonical import action_document, content_hash
 from agp_project.ids import new_id
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
@@ -157,6 +157,21 @@ class World:
                 body[key] = value
         return body
 
+    def evaluation_bound_to(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` citing a new policy evaluation, like the world's, made for exactly its
+        action (CONTRACT C12): for tests that vary the envelope's action to test another check."""
+        action = action_document(tool_id=body["tool_id"], operation=body["operation"],
+                                 parameters=body.get("parameters"))
+        evaluation = PolicyEvaluation.objects.get(pk=self.evaluation.pk)
+        evaluation.pk, evaluation.evaluation_id = None, new_id("pe")
+        evaluation.action, evaluation.action_hash = action, content_hash(action)
+        evaluation.save(force_insert=True)
+        return {**body, "policy_decision_ref": evaluation.evaluation_id}
+
+    def bound_request(self, **overrides) -> dict[str, Any]:
+        """``envelope_request(**overrides)`` citing an evaluation made for its action."""
+        return self.evaluation_bound_to(self.envelope_request(**overrides))
+
     def refresh(self) -> "World":
         """Reload every record from the database."""
         for name in ("task", "root_delegation", "delegation", "capability", "skill", "policy_set", "evaluation",
@@ -215,9 +230,11 @@ def make_world(action_class: str = "read", risk_level: str = "low", **overrides)
     policy_input = {"task_id": task.task_id, "agent_id": agent_id, "tool_id": tool_id, "operation": operation,
                     "action_class": action_class, "risk_level": risk_level, "require_approval": require_approval,
                     "amount": parameters.get("amount", 0)}
+    action = action_document(tool_id=tool_id, operation=operation, parameters=parameters)
     evaluation = PolicyEvaluation.objects.create(
         evaluation_id=new_id("pe"), policy_set=policy_set, task=task, agent_id=agent_id, input=policy_input,
-        input_hash=content_hash(policy_input), ruleset_hash=policy_set.ruleset_hash,
+        input_hash=content_hash(policy_input), action=action, action_hash=content_hash(action),
+        ruleset_hash=policy_set.ruleset_hash,
         result={"allow": True, "require_approval": require_approval, "reasons": []},
         allowed=True, require_approval=require_approval, warnings=[], evaluated_at=now, created_at=now)
     decision = Decision(decision_id=new_id("dec"), task=task, agent_id=agent_id, outcome="approve",

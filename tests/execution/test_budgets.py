@@ -22,7 +22,7 @@ URL = "/agp/action-envelopes"
 
 
 def _accept(api, world, **overrides):
-    body = world.envelope_request(**overrides)
+    body = world.bound_request(**overrides)
     response = api.post(URL, body, format="json", HTTP_PREFER="respond-async")
     assert response.status_code == 202, response.json()
     return body["action_id"]
@@ -102,7 +102,7 @@ def test_it_counts_the_envelopes_own_reservation_as_its_own_at_execution_time(ap
     assert report.passed, report.failed
 
     # Anyone else finds the session full.
-    body = world.envelope_request(parameters={"amount": 1, "currency": "USD"})
+    body = world.bound_request(parameters={"amount": 1, "currency": "USD"})
     response = api.post(URL, body, format="json", HTTP_PREFER="respond-async")
     assert response.status_code == 422
     assert [item["check"] for item in response.json()["error"]["details"]["failed_checks"]] == ["commerce"]
@@ -127,7 +127,7 @@ def test_it_refuses_amounts_beyond_what_is_left(api):
     world = make_full_world()
     for _ in range(2):
         _accept(api, world, parameters={"amount": 100, "currency": "USD"})
-    body = world.envelope_request(parameters={"amount": 1, "currency": "USD"})
+    body = world.bound_request(parameters={"amount": 1, "currency": "USD"})
     response = api.post(URL, body, format="json", HTTP_PREFER="respond-async")
     assert response.status_code == 422
     assert _amounts(world) == (Decimal("200"), Decimal("0"))

@@ -52,7 +52,7 @@ def failed_checks(response) -> list[dict]:
 def test_an_operation_that_is_a_pinned_tool_passes_check_3(api):
     world = pinned_world(operation="lookup_customer", pins=["issue_refund", "lookup_customer"])
 
-    response = api.post(URL, world.envelope_request(parameters=LOOKUP), format="json")
+    response = api.post(URL, world.bound_request(parameters=LOOKUP), format="json")
 
     assert response.status_code == 200, response.content
     assert response.json()["operation"] == "lookup_customer"
@@ -62,7 +62,7 @@ def test_an_operation_that_is_a_pinned_tool_passes_check_3(api):
 def test_an_operation_the_mcp_skill_did_not_pin_fails_check_3(api):
     world = pinned_world(operation="delete_customer", pins=["lookup_customer"])
 
-    checks = failed_checks(api.post(URL, world.envelope_request(parameters={}), format="json"))
+    checks = failed_checks(api.post(URL, world.bound_request(parameters={}), format="json"))
 
     assert checks == [{"check": "capability", "reason": (
         f"skill {world.skill.skill_id!r}: operation(s) 'delete_customer' are not tools the mcp skill pinned "
@@ -74,7 +74,7 @@ def test_a_capability_granting_an_unpinned_operation_fails_check_3_even_for_a_pi
     world = pinned_world(operation="lookup_customer", pins=["lookup_customer"],
                          operations=["lookup_customer", "export_all"])
 
-    checks = failed_checks(api.post(URL, world.envelope_request(parameters=LOOKUP), format="json"))
+    checks = failed_checks(api.post(URL, world.bound_request(parameters=LOOKUP), format="json"))
 
     assert [c["check"] for c in checks] == ["capability"]
     assert "'export_all' are not tools the mcp skill pinned" in checks[0]["reason"]
@@ -82,7 +82,7 @@ def test_a_capability_granting_an_unpinned_operation_fails_check_3_even_for_a_pi
 
 def test_a_wildcard_capability_covers_only_the_pinned_tools(api):
     world = pinned_world(operation="lookup_customer", pins=["lookup_customer"], operations=["*"])
-    assert api.post(URL, world.envelope_request(parameters=LOOKUP), format="json").status_code == 200
+    assert api.post(URL, world.bound_request(parameters=LOOKUP), format="json").status_code == 200
 
     other = world.envelope_request(operation="wipe_all", parameters={})
     checks = failed_checks(api.post(URL, other, format="json"))
@@ -93,7 +93,7 @@ def test_a_wildcard_capability_covers_only_the_pinned_tools(api):
 def test_it_executes_a_pinned_tool_and_the_receipt_hashes_the_tool_result(api, local_mcp, mcp_servers):
     server = mcp_servers.start()
     world = make_mcp_world(server.url)
-    operation_id = submit_async(api, world.envelope_request(parameters=LOOKUP))["operation_id"]
+    operation_id = submit_async(api, world.bound_request(parameters=LOOKUP))["operation_id"]
 
     assert operation_execute(operation_id=operation_id, executor="worker-a") == "succeeded"
 
@@ -111,7 +111,7 @@ def test_it_executes_a_pinned_tool_and_the_receipt_hashes_the_tool_result(api, l
 def test_a_changed_tool_fails_the_operation_closed(api, local_mcp, mcp_servers):
     server = mcp_servers.start()
     world = make_mcp_world(server.url)
-    operation_id = submit_async(api, world.envelope_request(parameters=LOOKUP))["operation_id"]
+    operation_id = submit_async(api, world.bound_request(parameters=LOOKUP))["operation_id"]
     server.restart(description=CHANGED_DESCRIPTION)
 
     assert operation_execute(operation_id=operation_id, executor="worker-a") == "failed"
@@ -128,7 +128,7 @@ def test_a_changed_tool_fails_the_operation_closed(api, local_mcp, mcp_servers):
 def test_a_taken_over_mcp_operation_fails_instead_of_calling_the_tool_again(api, local_mcp, mcp_servers):
     server = mcp_servers.start()
     world = make_mcp_world(server.url)
-    operation_id = submit_async(api, world.envelope_request(parameters=LOOKUP))["operation_id"]
+    operation_id = submit_async(api, world.bound_request(parameters=LOOKUP))["operation_id"]
     # A worker claimed it and died somewhere in its call: did the call reach the tool?
     operation_claim(operation_id=operation_id, executor="worker-dead")
     Operation.objects.filter(operation_id=operation_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))

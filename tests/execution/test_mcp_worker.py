@@ -45,7 +45,7 @@ def jcs_hash(value) -> str:
 
 
 def run(api, world, worker, parameters):
-    operation_id = submit_async(api, world.envelope_request(parameters=parameters))["operation_id"]
+    operation_id = submit_async(api, world.bound_request(parameters=parameters))["operation_id"]
     return poll_until_ended(api, operation_id, worker)
 
 

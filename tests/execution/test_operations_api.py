@@ -219,11 +219,15 @@ def test_it_lists_and_shows_receipts_that_verify_against_the_jwks(api, db, djang
     body = one.json()
     assert body == listing.json()["items"][1]
     assert set(body) == {"type", "receipt_id", "action_id", "operation_id", "status", "result", "result_hash",
-                         "started_at", "completed_at", "executor", "created_at", "signature"}
+                         "started_at", "completed_at", "executor", "governance", "created_at", "signature"}
     assert (body["type"], body["status"], body["executor"]) == ("Receipt", "succeeded", "worker-test/pid-1")
     assert body["signature"]["alg"] == "EdDSA"
     assert verify_resource(body, jwks(api))
     assert not verify_resource({**body, "result": {"ok": False}}, jwks(api))
+    # The why-record is covered by the signature too.
+    assert body["governance"]["decision_id"] == Receipt.objects.get(receipt_id=body["receipt_id"]).governance[
+        "decision_id"] != ""
+    assert not verify_resource({**body, "governance": {**body["governance"], "approvals": []}}, jwks(api))
 
 
 def test_it_filters_receipts_by_action_operation_and_status(api, db):

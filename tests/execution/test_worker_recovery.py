@@ -52,7 +52,7 @@ def test_it_finishes_exactly_once_after_the_worker_is_killed_mid_execution(api, 
         "amount": {"min": 0, "max": 100}, "currency": {"enum": ["USD"]}, "sleep_seconds": {"min": 0, "max": 30}})
     first = worker_factory.start()
     parameters = {"amount": 50, "currency": "USD", "sleep_seconds": 4}
-    accepted = submit_async(api, world.envelope_request(parameters=parameters))
+    accepted = submit_async(api, world.bound_request(parameters=parameters))
     operation_id = accepted["operation_id"]
     wait_for(lambda: Operation.objects.filter(operation_id=operation_id, status="running").exists(),
              message="the operation to start", worker=first)

@@ -10,7 +10,7 @@ from agp_project.canonical import content_hash
 from agp_project.signing import get_signer, verify_resource
 from core.models import LedgerEvent
 from registry.models import Delegation
-from registry.serializers import delegation_link_payload
+from registry.documents import delegation_link_payload
 from tests.registry import factories as f
 
 pytestmark = pytest.mark.django_db

@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from decision import engine
-from decision.engine import regorus_engine
+from core import engine
+from core.engine import regorus_engine
 from tests.decision.factories import PAYMENTS, ruleset_hash
 
 LIMITS = {"auto_approve_max": 100, "hard_max": 1000}

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('execution', '0003_operation_completed_at_index'),
+        ('execution', '0004_receipt_governance'),
     ]
 
     operations = [

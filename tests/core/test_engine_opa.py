@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import regorus
 
-from decision import engine
-from decision.models import PolicyEvaluation
+from core import engine
 from core.models import LedgerEvent
+from decision.models import PolicyEvaluation
 from tests.decision.factories import PAYMENTS, make_policy_set, make_task, ruleset_hash
 
 LIMITS = {"auto_approve_max": 100, "hard_max": 1000}
