@@ -1,7 +1,8 @@
 """Python client of the AGP agent governance service.
 
-Depends only on ``requests`` (``verify_signature`` also uses ``cryptography`` and
-``rfc8785``, imported when first used). See the README section "Client library".
+Depends only on ``requests`` (``verify_signature`` and the transparency-log verifiers also
+use ``cryptography`` and ``rfc8785``, imported when first used). See the README section
+"Client library".
 """
 
 __version__ = "0.1.0"
@@ -33,12 +34,20 @@ from .errors import (  # noqa: E402
     ValidationError,
 )
 from .signatures import payload_hash, verify_signature  # noqa: E402
+from .transparency import (  # noqa: E402
+    VerificationError,
+    verify_checkpoint,
+    verify_consistency,
+    verify_evidence,
+    verify_inclusion,
+)
 
 __all__ = [
     "AGPClient", "AGPError", "AuthenticationError", "ConflictError", "DelegationHopLimitError",
     "DelegationScopeViolationError", "ExecutionFailedError", "IdempotencyInProgressError", "IdempotencyKeyMismatchError",
     "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError", "NotFoundError",
     "OperationTimeoutError", "PayloadTooLargeError", "PrerequisiteFailedError", "RateLimitedError", "ScopeError",
-    "ServerError", "ToolChangedError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError", "ValidationError",
-    "payload_hash", "verify_signature",
+    "ServerError", "ToolChangedError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError",
+    "ValidationError", "payload_hash", "verify_signature", "VerificationError", "verify_checkpoint",
+    "verify_consistency", "verify_evidence", "verify_inclusion",
 ]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -21,6 +24,7 @@ from .resources import (
     _segment,
 )
 from .signatures import verify_signature
+from .transparency import VerificationError, checkpoint_problem, verify_consistency
 from .transport import Response, RetryPolicy, TokenManager, Transport
 
 WRITE_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
@@ -44,7 +48,8 @@ class AGPClient:
 
     def __init__(self, base_url: str, client_id: str | None = None, client_secret: str | None = None, *,
                  timeout: float = 10.0, max_retries: int = 4, backoff: float = 0.5, max_backoff: float = 30.0,
-                 scope: str | None = None, token_refresh_skew: float = 30.0, user_agent: str | None = None):
+                 scope: str | None = None, token_refresh_skew: float = 30.0, user_agent: str | None = None,
+                 checkpoint_file: str | os.PathLike | None = None):
         if (client_id is None) != (client_secret is None):
             raise ValueError("Give both client_id and client_secret, or neither.")
         self.base_url = base_url.rstrip("/")
@@ -57,6 +62,9 @@ class AGPClient:
                                      scope=scope, refresh_skew=token_refresh_skew)
         self._jwks: dict[str, Any] | None = None
         self._jwks_lock = threading.Lock()
+        self.checkpoint_file = Path(checkpoint_file) if checkpoint_file is not None else None
+        self._checkpoint: dict[str, Any] | None = None
+        self._checkpoint_lock = threading.Lock()
 
         # Registry API
         self.delegations = Resource(self, "delegations")
@@ -149,6 +157,73 @@ class AGPClient:
         if kid and not any(key.get("kid") == kid for key in keys.get("keys", [])):
             keys = self.jwks(refresh=True)
         return verify_signature(resource, keys)
+
+    # --- the transparency log (CONTRACT C15) ----------------------------------------------
+    @property
+    def last_checkpoint(self) -> dict[str, Any] | None:
+        """The newest checkpoint of this service the client has verified (kept in ``checkpoint_file``
+        too, when given, so a later process continues from it); None before the first."""
+        with self._checkpoint_lock:
+            return self._remembered()
+
+    def _remembered(self) -> dict[str, Any] | None:
+        if self._checkpoint is None and self.checkpoint_file is not None and self.checkpoint_file.exists():
+            try:
+                stored = json.loads(self.checkpoint_file.read_text(encoding="utf-8")).get(self.base_url)
+            except (OSError, ValueError, AttributeError) as exc:
+                raise VerificationError(f"cannot read the remembered checkpoint in {self.checkpoint_file}: "
+                                        f"{exc}") from None
+            if stored is not None and not (isinstance(stored, dict) and isinstance(stored.get("tree_size"), int)
+                                           and isinstance(stored.get("root_hash"), str)):
+                raise VerificationError(f"the checkpoint remembered in {self.checkpoint_file} is malformed")
+            self._checkpoint = stored
+        return self._checkpoint
+
+    def _remember(self, checkpoint: dict[str, Any]) -> None:
+        self._checkpoint = checkpoint
+        if self.checkpoint_file is None:
+            return
+        try:
+            stored = json.loads(self.checkpoint_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            stored = {}
+        stored = stored if isinstance(stored, dict) else {}
+        stored[self.base_url] = checkpoint
+        self.checkpoint_file.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.checkpoint_file.with_name(self.checkpoint_file.name + ".tmp")
+        partial.write_text(json.dumps(stored, indent=2), encoding="utf-8")
+        partial.replace(self.checkpoint_file)  # atomic: a crash leaves the old file or the new one
+
+    def check_checkpoint(self) -> dict[str, Any]:
+        """Fetch the service's newest checkpoint, verify it, remember it; return it.
+
+        Its signature must verify against the JWKS (refreshed once for an unknown key). When a
+        checkpoint was seen before, the new one must extend it: same size and root, or a
+        consistency proof from the old tree to the new one that verifies (RFC 9162). Anything
+        else (a log that shrank or was rewritten) raises ``VerificationError`` and the
+        remembered checkpoint stays as it was.
+        """
+        with self._checkpoint_lock:
+            checkpoint = self.ledger_events.checkpoint()
+            keys = self.jwks()
+            kid = (checkpoint.get("signature") or {}).get("kid") if isinstance(checkpoint, dict) else None
+            if kid and not any(key.get("kid") == kid for key in keys.get("keys", [])):
+                keys = self.jwks(refresh=True)
+            problem = checkpoint_problem(checkpoint, keys)
+            if problem:
+                raise VerificationError(f"checkpoint {checkpoint.get('tree_size')}: {problem}")
+            previous = self._remembered()
+            if previous is not None:
+                old, new = previous["tree_size"], checkpoint["tree_size"]
+                if new < old:
+                    raise VerificationError(f"the log shrank: checkpoint {new} after checkpoint {old}")
+                proof = [] if new == old else self.ledger_events.consistency(first=old, second=new)["proof"]
+                if not verify_consistency(first=old, second=new, first_root=previous["root_hash"],
+                                          second_root=checkpoint["root_hash"], proof=proof):
+                    raise VerificationError(f"checkpoint {new} does not extend checkpoint {old} seen before: "
+                                            "the log was rewritten")
+            self._remember(checkpoint)
+            return checkpoint
 
     def openapi(self) -> dict[str, Any]:
         """The service's OpenAPI 3.1 document."""

@@ -130,6 +130,12 @@ class ActionEnvelopes(ReadOnlyResource):
                                     headers={"Prefer": "respond-async"}).data
 
 
+    def evidence(self, action_id: str) -> dict[str, Any]:
+        """The action's evidence bundle (every record, every ledger event with its inclusion proof, the
+        checkpoint, the JWKS); check it offline with ``agp_client.verify_evidence``."""
+        return self._client.request("GET", f"{self.path}/{_segment(action_id)}/evidence").data
+
+
 class Operations:
     """``GET /agp/operations/{id}`` and waiting for an operation to end."""
 
@@ -177,6 +183,28 @@ class Operations:
 
 
 class LedgerEvents(Resource):
+    def __init__(self, client: AGPClient, collection: str):
+        super().__init__(client, collection)
+        self.checkpoints = ReadOnlyResource(client, f"{collection}/checkpoints")
+
     def verify(self) -> dict[str, Any]:
-        """Walk the hash chain: ``{"verified", "events", "head_hash", "first_broken_sequence"}``."""
+        """Walk the hash chain and recompute the Merkle tree: ``{"verified", "events", "head_hash",
+        "first_broken_sequence", "tree": {...}}``."""
         return self._client.request("GET", f"{self.path}/verify").data
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The newest signed checkpoint ``{"tree_size", "root_hash", "issued_at", "signature"}``, unverified
+        (``AGPClient.check_checkpoint`` verifies it)."""
+        return self._client.request("GET", f"{self.path}/checkpoint").data
+
+    def proof(self, sequence: int, tree_size: int | None = None) -> dict[str, Any]:
+        """The inclusion proof of event ``sequence`` in the tree of ``tree_size`` events (default: the
+        newest checkpoint's): ``{"sequence", "leaf_index", "tree_size", "leaf_hash", "audit_path"}``."""
+        params = {"tree_size": tree_size} if tree_size is not None else None
+        return self._client.request("GET", f"{self.path}/{_segment(sequence)}/proof", params=params).data
+
+    def consistency(self, first: int, second: int | None = None) -> dict[str, Any]:
+        """The consistency proof from the tree of ``first`` events to the tree of ``second`` (default: the
+        newest checkpoint's): ``{"first", "second", "proof"}``."""
+        params = {"first": first} if second is None else {"first": first, "second": second}
+        return self._client.request("GET", f"{self.path}/consistency", params=params).data

@@ -32,14 +32,23 @@ def payload_hash(resource: dict[str, Any]) -> str:
 def verify_signature(resource: dict[str, Any], jwks: dict[str, Any]) -> bool:
     """True when ``resource["signature"]`` is a valid EdDSA signature of this very resource
     by a key in ``jwks``; False on any mismatch (changed field, unknown key, bad value)."""
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
     signature = resource.get("signature")
     if not isinstance(signature, dict) or signature.get("alg") != "EdDSA":
         return False
     claimed = signature.get("payload_hash")
     if not isinstance(claimed, str) or payload_hash(resource) != claimed:
+        return False
+    return signature_value_verifies(signature, jwks)
+
+
+def signature_value_verifies(signature: dict[str, Any], jwks: dict[str, Any]) -> bool:
+    """Whether ``signature["value"]`` signs ``signature["payload_hash"]`` with the ``jwks`` key named
+    by ``signature["kid"]`` (what the hash covers is the caller's to check)."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    claimed = signature.get("payload_hash")
+    if not isinstance(claimed, str) or signature.get("alg") != "EdDSA":
         return False
     for jwk in jwks.get("keys", []):
         if jwk.get("kid") != signature.get("kid") or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":

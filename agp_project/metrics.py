@@ -158,8 +158,8 @@ class _QuietHandler(WSGIRequestHandler):
 def worker_metrics_serve(bind: str) -> threading.Thread:
     """Serve ``worker_metrics_app`` on ``host:port`` from a daemon thread of this process."""
     host, _, port = bind.rpartition(":")
-    server = make_server(host.strip("[]") or "0.0.0.0", int(port), worker_metrics_app,  # noqa: S104 - the operator's choice
-                         handler_class=_QuietHandler)
+    address = host.strip("[]") or "0.0.0.0"  # noqa: S104 - all interfaces when the operator names none
+    server = make_server(address, int(port), worker_metrics_app, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="worker-metrics", daemon=True)
     thread.start()
     return thread

@@ -18,6 +18,7 @@ from django.utils import timezone
 from core.ledger import Verification, ledger_verify
 from core.metrics import newest_checkpoint
 from core.models import LedgerEvent, LedgerHead
+from core.selectors import TreeVerification, tree_verify
 from decision.choices import EscalationStatus
 from decision.models import Approval, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from execution.choices import OperationStatus
@@ -50,14 +51,16 @@ TREE_MAX_LINKS = 500
 class LedgerIntegrity:
     head_sequence: int
     head_hash: str
-    verification: Verification | None  # None: too large to verify on a page load
+    verification: Verification | None  # the hash chain; None: too large to verify on a page load
+    tree: TreeVerification | None  # the Merkle tree against the newest checkpoint; None likewise
     checkpoint_size: int
     checkpoint_issued_at: datetime | None
 
     @property
     def checkpoint_verified(self) -> bool:
-        return (self.verification is not None and self.verification.verified
-                and 0 < self.checkpoint_size <= self.verification.events)
+        """The chain verifies and the newest checkpoint's root is the tree recomputed from its events."""
+        return (self.verification is not None and self.verification.verified and self.tree is not None
+                and self.tree.verified and 0 < self.checkpoint_size <= self.verification.events)
 
 
 @dataclass
@@ -75,10 +78,10 @@ class Dashboard:
 
 def ledger_integrity() -> LedgerIntegrity:
     head = LedgerHead.objects.filter(pk=1).values_list("sequence", "hash").first() or (0, "0" * 64)
-    verification = ledger_verify() if head[0] <= VERIFY_ON_LOAD_MAX_EVENTS else None
+    small = head[0] <= VERIFY_ON_LOAD_MAX_EVENTS
     size, issued = newest_checkpoint()
-    return LedgerIntegrity(head_sequence=head[0], head_hash=head[1], verification=verification,
-                           checkpoint_size=size,
+    return LedgerIntegrity(head_sequence=head[0], head_hash=head[1], verification=ledger_verify() if small else None,
+                           tree=tree_verify() if small else None, checkpoint_size=size,
                            checkpoint_issued_at=datetime.fromtimestamp(issued, tz=UTC) if size else None)
 
 
@@ -102,7 +105,8 @@ def refusing_checks(*, now: datetime, days: int = REFUSAL_DAYS) -> tuple[list[tu
     """How often each check refused an envelope lately: at submission (``envelope.rejected``) and when
     the worker re-checked an accepted one (``operation.failed`` at ``execution_recheck``)."""
     payloads = list(LedgerEvent.objects.filter(
-        Q(event_type="envelope.rejected") | Q(event_type="operation.failed"), recorded_at__gte=now - timedelta(days=days),
+        Q(event_type="envelope.rejected") | Q(event_type="operation.failed"),
+        recorded_at__gte=now - timedelta(days=days),
     ).order_by("-sequence").values_list("event_type", "payload")[:REFUSALS_READ_MAX])
     counts: Counter = Counter()
     for event_type, payload in payloads:
@@ -234,8 +238,8 @@ def action_timeline(*, action_id: str) -> Timeline | None:
     entries.sort(key=lambda entry: entry.at)
     # (resource_type, resource_id) pairs: the ledger's index on them finds each record's events.
     resources = Q(resource_type="ActionEnvelope", resource_id=envelope.action_id)
-    for resource_type, record, id_field in (("Operation", operation, "operation_id"), ("Receipt", receipt, "receipt_id"),
-                                            ("Payment", payment, "payment_id")):
+    for resource_type, record, id_field in (("Operation", operation, "operation_id"),
+                                            ("Receipt", receipt, "receipt_id"), ("Payment", payment, "payment_id")):
         if record is not None:
             resources |= Q(resource_type=resource_type, resource_id=getattr(record, id_field))
     ledger = list(LedgerEvent.objects.filter(resources).order_by("sequence")[:200])

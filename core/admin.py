@@ -1,4 +1,5 @@
-"""Admin for the ledger (with its verification), the ledger head, idempotency records, users and groups."""
+"""Admin for the ledger (with its verification and its newest checkpoint), the ledger head, the
+transparency log's checkpoints and tiles, idempotency records, users and groups."""
 
 from django.apps import apps
 from django.contrib import admin, messages
@@ -24,7 +25,8 @@ from .admin_base import (
     short_hash,
 )
 from .ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_verify, payload_text_hash
-from .models import IdempotencyRecord, LedgerEvent, LedgerHead
+from .models import Checkpoint, IdempotencyRecord, LedgerEvent, LedgerHead, MerkleTile, MerkleTreeLock
+from .selectors import checkpoint_newest, tree_verify
 
 # Ledger ``resource_type`` -> (model, its public id field): where an event's resource lives.
 RESOURCE_MODELS = {
@@ -91,6 +93,9 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
         verify = path("verify/", self.admin_site.admin_view(self.verify_view), name="core_ledgerevent_verify")
         return [verify, *super().get_urls()]
 
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {**(extra_context or {}), "checkpoint": checkpoint_newest()})
+
     def verify_view(self, request):
         """POST only: verification reads the whole chain, not something a prefetch should start."""
         if request.method != "POST":
@@ -112,7 +117,18 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
                 messages.error(request, format_html(
                     "Ledger verification FAILED at sequence {}: the ledger head records events that are "
                     "no longer in the table ({} events verified).", result.first_broken_sequence, result.events))
+        self._report_tree(request, tree_verify())
         return HttpResponseRedirect(changelist_url(LedgerEvent))
+
+    def _report_tree(self, request, tree) -> None:
+        if not tree.tree_size:
+            messages.info(request, "No checkpoint yet: the worker signs one when the ledger grows.")
+        elif tree.verified:
+            messages.success(request, f"Merkle tree verified: the first {tree.tree_size} events make the tree "
+                                      f"whose root checkpoint {tree.tree_size} signed ({tree.root_hash}).")
+        else:
+            messages.error(request, f"Merkle tree verification FAILED against checkpoint {tree.tree_size}: "
+                                    f"{tree.problem}.")
 
     @admin.display(description="resource")
     def resource(self, obj):
@@ -191,6 +207,52 @@ class LedgerHeadAdmin(ReadOnlyModelAdmin):
     """The row every append locks: the chain's last sequence and hash."""
 
     list_display = ("id", "sequence", "hash")
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyModelAdmin):
+    """Signed checkpoints of the ledger's Merkle tree, newest first (docs/decisions/ledger.md)."""
+
+    list_display = ("tree_size", "root_hash", "issued_at", "key")
+    date_hierarchy = "issued_at"
+    ordering = ("-tree_size",)
+    fields = ("tree_size", "root_hash", "issued_at", "signature_pretty")
+    readonly_fields = ("signature_pretty",)
+
+    @admin.display(description="key")
+    def key(self, obj):
+        return (obj.signature or {}).get("kid", "-")
+
+    @admin.display(description="signature")
+    def signature_pretty(self, obj):
+        return pretty_json(obj.signature)
+
+
+@admin.register(MerkleTile)
+class MerkleTileAdmin(ReadOnlyModelAdmin):
+    """The stored Merkle tree: 16 node hashes a tile, level 0 the leaves (core/tree.py)."""
+
+    list_display = ("level", "index", "width")
+    list_filter = ("level",)
+    ordering = ("level", "index")
+    fields = ("level", "index", "width", "hashes_hex")
+    readonly_fields = ("width", "hashes_hex")
+
+    @admin.display(description="hashes")
+    def width(self, obj):
+        return len(obj.hashes) // 32
+
+    @admin.display(description="node hashes")
+    def hashes_hex(self, obj):
+        data = bytes(obj.hashes)
+        return format_html("<pre>{}</pre>", "\n".join(data[i:i + 32].hex() for i in range(0, len(data), 32)))
+
+
+@admin.register(MerkleTreeLock)
+class MerkleTreeLockAdmin(ReadOnlyModelAdmin):
+    """The row checkpoint runs lock, one run at a time."""
+
+    list_display = ("id", "locked_at")
 
 
 @admin.register(IdempotencyRecord)

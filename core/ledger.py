@@ -364,6 +364,8 @@ _SQL_EVENT = ("""'{"actor":' || to_json(actor)::text || ',"event_id":' || to_jso
               """ || ',"recorded_at":"' || """ + _RECORDED_AT +
               """ || '","resource_id":' || to_json(resource_id)::text"""
               """ || ',"resource_type":' || to_json(resource_type)::text || ',"sequence":' || sequence || '}'""")
+# The same, public: the Merkle tree (core.tree) hashes its leaves from these bytes in the database.
+CANONICAL_EVENT_SQL = _SQL_EVENT
 
 # One statement, so one snapshot: appends committed meanwhile cannot make the head and the
 # table disagree. Two passes over the events:

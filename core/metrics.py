@@ -1,24 +1,15 @@
 """The ledger's gauges on ``/metrics``, read at each scrape (agp_project/metrics.py)."""
 
-from django.apps import apps
 from prometheus_client.core import GaugeMetricFamily
 
 from agp_project.metrics import scrape_source
 
-from .models import LedgerHead
+from .models import Checkpoint, LedgerHead
 
 
 def newest_checkpoint() -> tuple[int, float]:
-    """``(tree_size, issued_at as a Unix time)`` of the ledger's newest signed checkpoint; ``(0, 0)`` with none.
-
-    Checkpoints are the ``core.Checkpoint`` records (one per signed tree size); looked up
-    through the app registry, so the gauges read 0 where that table does not exist.
-    """
-    try:
-        checkpoint_model = apps.get_model("core", "Checkpoint")
-    except LookupError:
-        return 0, 0.0
-    newest = checkpoint_model.objects.order_by("-tree_size").values_list("tree_size", "issued_at").first()
+    """``(tree_size, issued_at as a Unix time)`` of the ledger's newest signed checkpoint; ``(0, 0)`` with none."""
+    newest = Checkpoint.objects.order_by("-tree_size").values_list("tree_size", "issued_at").first()
     if newest is None:
         return 0, 0.0
     return newest[0], newest[1].timestamp()

@@ -70,3 +70,57 @@ class IdempotencyRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["client_id", "method", "path", "key"], name="idempotency_scope_unique"),
         ]
+
+
+class MerkleTile(models.Model):
+    """One tile of the ledger's Merkle tree (CONTRACT C15; ``core.tree``).
+
+    Tile (``level``, ``index``) holds the hashes of the tree's nodes at height ``4 * level``
+    with indices ``16 * index`` onwards: up to 16 hashes of 32 bytes, concatenated. Level 0
+    holds the leaf hashes. Only the last tile of a level is ever partial, and a tile only
+    grows: the hash of a complete subtree never changes.
+    """
+
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hashes = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["level", "index"], name="core_merkletile_position_unique")]
+
+    def __str__(self):
+        return f"tile {self.level}/{self.index} ({len(self.hashes) // 32} hashes)"
+
+
+class Checkpoint(models.Model):
+    """A signed statement of the ledger's Merkle tree at one size (CONTRACT C15).
+
+    The worker makes one every ``AGP_CHECKPOINT_SECONDS`` when the ledger grew, in the
+    transaction that extends the stored tiles to ``tree_size``: the newest checkpoint's size
+    is always the size of the stored tree.
+    """
+
+    tree_size = models.BigIntegerField(primary_key=True)
+    root_hash = models.CharField(max_length=64)
+    issued_at = models.DateTimeField()
+    signature = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-tree_size"]
+
+    def __str__(self):
+        return f"checkpoint {self.tree_size} {self.root_hash[:12]}"
+
+
+class MerkleTreeLock(models.Model):
+    """The single row every checkpoint run updates first, so runs extend the tree one at a time.
+
+    An ``UPDATE`` rather than ``SELECT ... FOR UPDATE``: it takes the row lock on PostgreSQL
+    and the database's write lock on SQLite, where a read takes none.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    locked_at = models.DateTimeField(null=True)
+
+    class Meta:
+        verbose_name = "Merkle tree lock"

@@ -52,9 +52,17 @@ LEDGER_EVENTS = ResourceDocs(
                     "payload": {"reviewer": "internal-audit", "finding": "no issues"}})
 
 VERIFY_SUMMARY = "Verify the whole ledger"
-VERIFY = ("Recomputes every event's hash and checks each link to the previous one and the ledger head. The answer "
-          "says whether the chain verifies, how many events did, and the first broken sequence if one is. It "
-          "reads the whole ledger: expect it to take a moment on a large one.")
+VERIFY = ("Recomputes every event's hash and checks each link to the previous one and the ledger head, then "
+          "recomputes the Merkle tree of the events and checks it against the newest signed checkpoint (`tree`). "
+          "`verified` is true only when both hold; otherwise the answer names the first broken sequence. It reads "
+          "the whole ledger: expect it to take a moment on a large one.")
+
+CHECKPOINTS = ResourceDocs(
+    singular="checkpoint", plural="checkpoints",
+    about="A checkpoint is the service's signed statement of the ledger's Merkle tree at one size (RFC 9162): "
+          "`tree_size`, `root_hash`, `issued_at` and an Ed25519 signature. Keep the newest one you saw: a later "
+          "checkpoint with a consistency proof shows the ledger only grew since.",
+    create_summary="", create="", create_example={})
 
 OPERATION_SUMMARY = "Get an operation"
 OPERATION = ("The asynchronous execution of an accepted envelope: `pending`, then `running`, then `succeeded`, "

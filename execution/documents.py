@@ -43,7 +43,7 @@ def receipt_document(receipt: Receipt) -> dict[str, Any]:
         "receipt_id": receipt.receipt_id,
         "action_id": receipt.action_id,
         "operation_id": receipt.operation_id,
-        "status": receipt.status,
+        "status": str(receipt.status),
         "result": receipt.result,
         "result_hash": receipt.result_hash,
         "started_at": iso(receipt.started_at),

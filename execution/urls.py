@@ -1,11 +1,12 @@
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
-from .views import LedgerEventViewSet
+from .views import CheckpointViewSet, LedgerEventViewSet
 from .views_envelopes import ActionEnvelopeViewSet, ReplayView
 from .views_operations import OperationViewSet, ReceiptViewSet
 
 router = SimpleRouter(trailing_slash=False)
+router.register("ledger-events/checkpoints", CheckpointViewSet, basename="checkpoint")
 router.register("ledger-events", LedgerEventViewSet, basename="ledger-event")
 router.register("action-envelopes", ActionEnvelopeViewSet, basename="action-envelope")
 router.register("receipts", ReceiptViewSet, basename="receipt")

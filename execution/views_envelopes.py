@@ -4,6 +4,7 @@ from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status
+from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -14,11 +15,14 @@ from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
 from . import api_docs
 from .documents import envelope_document
+from .evidence import action_evidence
 from .models import ActionEnvelope
 from .replay import replay_action
+from .serializers import ActionEvidenceSerializer
 from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer
 from .serializers_operations import OperationSerializer, operation_representation
 from .services import envelope_accept, envelope_inputs, envelope_validate
+from .views import query_sizes
 
 RETRY_AFTER_SECONDS = "1"
 
@@ -85,6 +89,19 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
         if preferences.get("return") == "representation":
             headers["Preference-Applied"] = "return=representation"
         return Response(envelope_document(envelope), status=status.HTTP_200_OK, headers=headers)
+
+    @extend_schema(
+        summary="Download an action's evidence bundle",
+        responses={200: ActionEvidenceSerializer,
+                   404: OpenApiResponse(ErrorEnvelopeSerializer, description="No accepted action with this id.")},
+        description="Everything an outside party needs to check this action offline: every record that governed "
+                    "it, every ledger event of it with its inclusion proof, the signed checkpoint the proofs lead "
+                    "to, and the JWKS; signed as a whole. Verify it with `python -m agp_client verify-evidence "
+                    "FILE`. When the newest checkpoint does not cover the action's events yet, one is signed first.")
+    @action(detail=True, methods=["get"], url_path="evidence")
+    def evidence(self, request, action_id=None):
+        query_sizes(request)
+        return Response(action_evidence(action_id=action_id, request=request))
 
 
 class ReplayView(APIView):

@@ -29,8 +29,8 @@ POLICY_SETS = ResourceDocs(
            "the `sha256:` of the ruleset's bytes. The set starts `active`.",
     create_example={"name": "refund limits", "version": "1.2.0", "publisher": "acme risk office",
                     "ruleset": "package acme.refunds\n\nimport rego.v1\n\ndefault allow := false\n\n"
-                               "allow if input.amount <= 100\n\ndeny contains \"refunds above 1000 are never automatic\" "
-                               "if input.amount > 1000\n"},
+                               "allow if input.amount <= 100\n\n"
+                               "deny contains \"refunds above 1000 are never automatic\" if input.amount > 1000\n"},
     patch_summary="Deprecate or revoke a policy set",
     patch="Status only moves forward: `active` to `deprecated` (evaluations still run, with a warning), then "
           "`deprecated` to `revoked` (no new evaluation, and envelopes citing its evaluations are refused). Any "

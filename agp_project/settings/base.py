@@ -218,6 +218,13 @@ CELERY_BEAT_SCHEDULE["agp.recover_operations"] = {
     "options": {"expires": AGP_RECOVER_OPERATIONS_SECONDS},
 }
 
+# --- Transparency log (CONTRACT C15; core/tree.py, docs/decisions/ledger.md) ----------------
+# How often the worker extends the Merkle tree and signs a checkpoint (only when the ledger grew).
+AGP_CHECKPOINT_SECONDS = env_int("AGP_CHECKPOINT_SECONDS", 10, minimum=1)
+CELERY_BEAT_SCHEDULE["core.checkpoint"] = {
+    "task": "core.checkpoint", "schedule": AGP_CHECKPOINT_SECONDS, "options": {"expires": AGP_CHECKPOINT_SECONDS},
+}
+
 # --- REST framework -------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

@@ -11,14 +11,19 @@ policy evaluation and the approvals it cites, and links to the task, capability,
 delegation and commerce session; a fixed number of queries whatever their size.
 """
 
+import json
 from types import SimpleNamespace
 
 from django.contrib import admin
-from django.urls import reverse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
+from agp_project import errors
 from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json, short_hash
 from decision.models import Approval, CommerceSession, Decision, PolicyEvaluation
+from execution.evidence import action_evidence
 from execution.models import ActionEnvelope, CallbackAttempt, Operation, OutboxMessage, Payment, Receipt
 from registry.models import Capability, Delegation, Task
 
@@ -69,8 +74,9 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     search_fields = ("action_id", "task_id", "agent_id", "=decision_ref", "tool_id")
     date_hierarchy = "accepted_at"
     ordering = ("-accepted_at",)
-    linked_fields = ("timeline_link", "operation_record", "receipt_record", "decision_record",
-                     "policy_evaluation_record", "approvals_record", "payment_record", "governance_links")
+    linked_fields = ("timeline_link", "evidence_download", "operation_record", "receipt_record",
+                     "decision_record", "policy_evaluation_record", "approvals_record", "payment_record",
+                     "governance_links")
     exclude = ("parameters", "checks", "inputs")
     readonly_fields = ("parameters_pretty", "checks_record", "inputs_pretty")
 
@@ -99,6 +105,33 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     def timeline_link(self, obj):
         return format_html('<a href="{}">Everything about this action on one page, in time order, with each '
                            'record\'s signature checked</a>', reverse("audit:timeline", args=[obj.action_id]))
+
+    def get_urls(self):
+        evidence = path("<path:object_id>/evidence/", self.admin_site.admin_view(self.evidence_view),
+                        name="execution_actionenvelope_evidence")
+        return [evidence, *super().get_urls()]
+
+    def evidence_view(self, request, object_id):
+        """The action's evidence bundle as a file, as ``GET /agp/action-envelopes/{id}/evidence`` serves it."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        envelope = self.get_object(request, object_id)
+        if envelope is None:
+            raise Http404
+        try:
+            bundle = action_evidence(action_id=envelope.action_id)
+        except errors.AGPError as exc:
+            return HttpResponse(exc.message, status=exc.status_code, content_type="text/plain; charset=utf-8")
+        response = HttpResponse(json.dumps(bundle, indent=2), content_type="application/json")
+        response["Content-Disposition"] = f'attachment; filename="evidence-{envelope.pk}.json"'
+        return response
+
+    @admin.display(description="evidence")
+    def evidence_download(self, obj):
+        return format_html('<a href="{}" download>Download the evidence bundle</a> (every record, every ledger '
+                           "event with its inclusion proof, the checkpoint, the JWKS; check it offline with "
+                           "<code>python -m agp_client verify-evidence FILE</code>)",
+                           reverse("admin:execution_actionenvelope_evidence", args=[obj.pk]))
 
     @admin.display(description="operation status")
     def operation_status(self, obj):

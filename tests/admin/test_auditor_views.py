@@ -174,3 +174,19 @@ def test_the_admin_links_to_the_new_pages(auditor_client, audited):
     assert reverse("audit:dashboard") in home
     assert reverse("audit:timeline", args=[audited.envelope.action_id]) in envelope
     assert reverse("audit:delegation-tree", args=[audited.world.delegation.delegation_id]) in delegation
+
+
+def test_the_dashboard_says_up_to_which_checkpoint_the_ledger_verifies(auditor_client, audited):
+    from core.services import checkpoint_create
+
+    checkpoint = checkpoint_create()
+    audited_more = make_world()  # events after the checkpoint: verified by the chain, not yet by a checkpoint
+    assert audited_more.task is not None
+
+    response = auditor_client.get(reverse("audit:dashboard"))
+
+    integrity = response.context["figures"].integrity
+    assert integrity.checkpoint_size == checkpoint.tree_size and integrity.checkpoint_verified
+    page = response.content.decode()
+    assert f"Newest signed checkpoint: {checkpoint.tree_size} events" in page
+    assert "Verified up to it" in page

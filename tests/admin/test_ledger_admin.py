@@ -4,8 +4,10 @@ from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.test import Client as DjangoClient
 
+from agp_project.timeutil import iso
 from core.admin_base import change_url
-from core.models import LedgerEvent
+from core.ledger import canonical_event, chain_hash
+from core.models import Checkpoint, LedgerEvent, LedgerHead
 
 CHANGELIST = "/admin/core/ledgerevent/"
 VERIFY = "/admin/core/ledgerevent/verify/"
@@ -29,8 +31,12 @@ def test_it_reports_a_ledger_that_verifies(auditor_client, admin_world):
     response = auditor_client.post(VERIFY)
 
     assert response.status_code == 302 and response["Location"] == CHANGELIST
-    assert messages_of(response) == [("success", f"Ledger verified: all {total} events chain correctly "
-                                                 f"(head hash {LedgerEvent.objects.order_by('-sequence')[0].hash}).")]
+    checkpoint = Checkpoint.objects.get()
+    assert messages_of(response) == [
+        ("success", f"Ledger verified: all {total} events chain correctly "
+                    f"(head hash {LedgerEvent.objects.order_by('-sequence')[0].hash})."),
+        ("success", f"Merkle tree verified: the first {checkpoint.tree_size} events make the tree whose root "
+                    f"checkpoint {checkpoint.tree_size} signed ({checkpoint.root_hash}).")]
     assert LedgerEvent.objects.count() == total  # verifying writes nothing
 
 
@@ -40,11 +46,13 @@ def test_it_names_the_first_broken_link_of_a_tampered_ledger(auditor_client, adm
 
     response = auditor_client.post(VERIFY)
 
-    [(level, text)] = messages_of(response)
+    [(level, text), tree] = messages_of(response)
     assert level == "error"
     assert "FAILED: the first broken link is event" in text
     assert f'<a href="{change_url(tampered)}">#{tampered.sequence}</a>' in text
     assert f"({tampered.sequence - 1} events before it verified)" in text
+    # The payload is bound by payload_hash, which the chain checks; the tree's leaves are the chained fields.
+    assert tree[0] == "success"
 
 
 def test_it_reports_events_cut_from_the_tail(auditor_client, admin_world):
@@ -54,10 +62,45 @@ def test_it_reports_events_cut_from_the_tail(auditor_client, admin_world):
 
     response = auditor_client.post(VERIFY)
 
-    [(level, text)] = messages_of(response)
+    [(level, text), tree] = messages_of(response)
     assert level == "error"
     assert f"FAILED at sequence {sequence}" in text
     assert "no longer in the table" in text
+    assert tree == ("error", f"Merkle tree verification FAILED against checkpoint {sequence}: "
+                             f"ledger event #{sequence} is missing.")
+
+
+def test_it_shows_the_newest_checkpoint_on_the_ledger_list(auditor_client, admin_world):
+    checkpoint = Checkpoint.objects.get()
+
+    page = auditor_client.get(CHANGELIST).content.decode()
+
+    assert f"tree size {checkpoint.tree_size}</a>" in page
+    assert f"<code>{checkpoint.root_hash}</code>" in page
+
+
+def test_it_finds_an_event_rewritten_together_with_the_chain_after_it(auditor_client, admin_world):
+    # Whoever rewrites an event and recomputes every hash after it keeps the chain intact;
+    # the checkpoint's signed root (and the stored tree) still holds the old event.
+    rewritten = admin_world.events[0]
+    prev_hash = rewritten.prev_hash
+    for event in LedgerEvent.objects.filter(sequence__gte=rewritten.sequence).order_by("sequence"):
+        actor = "mallory" if event.sequence == rewritten.sequence else event.actor
+        event_hash = chain_hash(prev_hash, canonical_event(
+            sequence=event.sequence, event_id=event.event_id, event_type=event.event_type,
+            resource_type=event.resource_type, resource_id=event.resource_id, actor=actor,
+            payload_hash=event.payload_hash, recorded_at=iso(event.recorded_at)))
+        LedgerEvent.objects.filter(sequence=event.sequence).update(actor=actor, prev_hash=prev_hash, hash=event_hash)
+        prev_hash = event_hash
+    LedgerHead.objects.filter(pk=1).update(hash=prev_hash)
+
+    response = auditor_client.post(VERIFY)
+
+    [chain, tree] = messages_of(response)
+    assert chain[0] == "success"
+    assert tree == ("error", f"Merkle tree verification FAILED against checkpoint {Checkpoint.objects.get().tree_size}: "
+                             f"the leaf of ledger event #{rewritten.sequence} is not the one the stored tree holds: "
+                             "the event changed after it was added.")
 
 
 def test_it_refuses_a_get_on_verify(auditor_client, admin_world):

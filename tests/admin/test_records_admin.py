@@ -1,5 +1,7 @@
 """Delegation chains, action envelopes with what governed them, filters, and planned queries."""
 
+import json
+
 import pytest
 from django.contrib import admin
 from django.db import connection
@@ -63,6 +65,24 @@ def test_it_shows_an_envelope_with_its_operation_receipt_decision_evaluation_and
     assert "allowed, approval required" in page
     assert f"?capability_id={world.capability.capability_id}" in page
     assert b'name="_save"' not in response.content and b'class="deletelink"' not in response.content
+
+
+def test_it_links_an_envelope_to_its_evidence_bundle_download(auditor_client, admin_world):
+    envelope = admin_world.envelope
+    evidence_url = f"/admin/execution/actionenvelope/{envelope.pk}/evidence/"
+
+    page = auditor_client.get(change_url(envelope)).content.decode()
+    download = auditor_client.get(evidence_url)
+
+    assert f'<a href="{evidence_url}" download>Download the evidence bundle</a>' in page
+    assert download.status_code == 200
+    assert download["Content-Type"] == "application/json"
+    assert download["Content-Disposition"] == f'attachment; filename="evidence-{envelope.pk}.json"'
+    bundle = json.loads(download.content)
+    assert (bundle["type"], bundle["action_id"]) == ("ActionEvidence", envelope.action_id)
+    assert [item["event"]["event_type"] for item in bundle["ledger_events"]] == ["envelope.accepted"]
+    assert bundle["records"]["receipt"]["receipt_id"] == admin_world.receipt.receipt_id
+    assert auditor_client.get("/admin/execution/actionenvelope/999999/evidence/").status_code == 404
 
 
 def _envelope_page_queries(client, envelope) -> int:

@@ -17,7 +17,8 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from auth_tokens.models import Client
 from core.ledger import ledger_append
-from core.models import IdempotencyRecord, LedgerEvent, LedgerHead
+from core.models import IdempotencyRecord, LedgerEvent, LedgerHead, MerkleTile, MerkleTreeLock
+from core.services import checkpoint_create
 from decision.models import Approval, Context, Escalation, EvidenceBundle
 from execution.models import ActionEnvelope, CallbackAttempt, Operation, OutboxMessage, Payment, Receipt
 from registry.models import Revocation
@@ -98,6 +99,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
             ledger_append(event_type="envelope.accepted", resource_type="ActionEnvelope",
                           resource_id=envelope.action_id, actor="test-client", payload={"checks": 10}),
         ]
+    checkpoint = checkpoint_create()
     group, _ = Group.objects.get_or_create(name=f"group-{tag}")
     user = User.objects.create_user(username=f"user-{tag}", password="x")
 
@@ -105,7 +107,8 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
     for record in (world.task, world.root_delegation, world.policy_set, world.capability, world.skill,
                    world.binding, revocation, context, bundle, world.evaluation, world.decision, world.assessment,
                    world.approval, escalation, world.session, envelope, operation, receipt, payment, outbox, attempt,
-                   idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user):
+                   idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user, checkpoint,
+                   MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1)):
         rows[type(record)] = record
     return AdminWorld(world=world, envelope=envelope, operation=operation, receipt=receipt, payment=payment,
                       grandchild=grandchild, events=events, rows=rows)

@@ -167,7 +167,18 @@ SPECIAL_METHODS = {
 }
 
 
+# Routes below a collection (the transparency log, C15) and their client methods.
+SPECIAL_ROUTES = {
+    "GET /agp/ledger-events/checkpoints": ["ledger_events.checkpoints.list", "ledger_events.checkpoints.page"],
+    "GET /agp/ledger-events/checkpoints/{tree_size}": ["ledger_events.checkpoints.get"],
+    "GET /agp/ledger-events/{sequence}/proof": ["ledger_events.proof"],
+    "GET /agp/action-envelopes/{action_id}/evidence": ["action_envelopes.evidence"],
+}
+
+
 def _client_methods(op) -> list[str]:
+    if str(op) in SPECIAL_ROUTES:
+        return SPECIAL_ROUTES[str(op)]
     rest = op.path.removeprefix("/agp/").split("/")[1:]
     attr = op.collection.replace("-", "_")
     if (op.method, op.collection) in SPECIAL_METHODS:

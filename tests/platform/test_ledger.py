@@ -206,7 +206,8 @@ class TestVerifyCommandAndEndpoint:
     def test_the_command_reports_an_intact_chain_and_exits_zero(self, capsys):
         events = append(3)
         call_command("verify_ledger")
-        assert capsys.readouterr().out.strip() == f"ledger verified: 3 events, head hash {events[-1].hash}"
+        assert capsys.readouterr().out.strip() == (f"ledger verified: 3 events, head hash {events[-1].hash}; "
+                                                   "no checkpoint yet")
 
     def test_the_command_names_the_first_broken_sequence_and_fails(self, capsys):
         append(5)
@@ -229,11 +230,14 @@ class TestVerifyCommandAndEndpoint:
         events = append(3)
         response = api.get("/agp/ledger-events/verify")
         assert response.status_code == 200
+        no_checkpoint = {"verified": True, "tree_size": 0, "root_hash": None, "first_broken_sequence": None,
+                         "problem": None}
         assert response.json() == {"verified": True, "events": 3, "head_hash": events[-1].hash,
-                                   "first_broken_sequence": None}
+                                   "first_broken_sequence": None, "tree": no_checkpoint}
         tamper("UPDATE core_ledgerevent SET resource_id = %s WHERE sequence = %s", ["tsk_X", 2])
         assert api.get("/agp/ledger-events/verify").json() == {
-            "verified": False, "events": 1, "head_hash": events[0].hash, "first_broken_sequence": 2}
+            "verified": False, "events": 1, "head_hash": events[0].hash, "first_broken_sequence": 2,
+            "tree": no_checkpoint}
 
     def test_the_endpoint_needs_an_execution_scope(self, make_token, api):
         api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.decision.read'])}")

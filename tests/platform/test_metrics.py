@@ -136,3 +136,18 @@ def test_it_refuses_a_scrape_without_the_metrics_token_when_one_is_set(api, sett
 def test_it_answers_only_get_and_head(api):
     assert api.post("/metrics").status_code == 405
     assert api.head("/metrics").status_code == 200
+
+
+def test_the_checkpoint_gauges_follow_the_newest_signed_checkpoint(api):
+    from core.services import checkpoint_create
+
+    before = samples(scrape(api))
+    make_world()
+    from core.ledger import ledger_append
+    ledger_append(event_type="test.event", resource_type="Test", resource_id="t-1", actor="test", payload={})
+    checkpoint = checkpoint_create()
+    after = samples(scrape(api))
+
+    assert value(before, "agp_ledger_checkpoint_tree_size") == 0
+    assert value(after, "agp_ledger_checkpoint_tree_size") == checkpoint.tree_size > 0
+    assert value(after, "agp_ledger_checkpoint_issued_timestamp_seconds") == checkpoint.issued_at.timestamp()

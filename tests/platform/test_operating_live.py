@@ -147,7 +147,8 @@ def wait_until_ended(web: Web, operation_id: str, worker: WorkerProcess) -> dict
     return wait_for(ended, message=f"operation {operation_id} to end", worker=worker)
 
 
-def test_web_and_worker_processes_add_up_on_one_metrics_endpoint_behind_its_token(stack, worker_db, receiver):  # noqa: F811
+def test_web_and_worker_processes_add_up_on_one_metrics_endpoint_behind_its_token(
+        stack, worker_db, receiver):  # noqa: F811
     world = make_world()
     before = scrape(stack.web)
 

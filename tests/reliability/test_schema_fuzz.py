@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from core.services import checkpoint_create
 from execution.models import Receipt
 from execution.runner import operation_execute
 from tests.agp_client.server import LiveServer, database_url
@@ -64,6 +65,8 @@ def seed_records(api) -> dict[str, str]:
         "target_type": "skill", "target_id": spare.skill.skill_id, "reason": "fuzz seed"})["revocation_id"]
     created["sequence"] = str(post("/agp/ledger-events", {
         "event_type": "client.fuzz", "resource_type": "Seed", "resource_id": "seed-1"})["sequence"])
+
+    created["tree_size"] = str(checkpoint_create().tree_size)
 
     receipt = Receipt.objects.get(operation_id=accepted["operation_id"])
     created.update(

@@ -1,0 +1,154 @@
+"""``GET /agp/action-envelopes/{action_id}/evidence``: one action's whole story, verifiable offline (C15).
+
+The bundle holds every record that governed the action, as the API renders it (so each
+record's own signature verifies as it does on its own endpoint), every ledger event of
+the action with its inclusion proof, the signed checkpoint those proofs lead to, and the
+JWKS; the service signs the whole bundle last. ``python -m agp_client verify-evidence``
+checks all of it with no network (docs/decisions/ledger.md says how, step by step).
+
+Every event is proved against one checkpoint. When the newest checkpoint does not cover
+the action's newest event yet (the worker signs one every ``AGP_CHECKPOINT_SECONDS``),
+the request signs one first, as the worker would: a bundle is always complete.
+"""
+
+import json
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from rest_framework.renderers import JSONRenderer
+
+from agp_project import errors
+from agp_project.signing import get_signer
+from agp_project.timeutil import iso
+from core.models import Checkpoint, LedgerEvent
+from core.selectors import checkpoint_document, checkpoint_newest, ledger_inclusion_proofs
+from core.services import checkpoint_create
+from core.tree import LedgerBroken
+from decision.models import Approval, CommerceSession, Decision, ImpactAssessment, PolicyEvaluation
+from decision.serializers import (
+    ApprovalSerializer,
+    CommerceSessionSerializer,
+    DecisionSerializer,
+    ImpactAssessmentSerializer,
+    PolicyEvaluationSerializer,
+)
+from registry.models import Capability, Delegation, Task
+from registry.selectors import delegation_chain
+from registry.serializers import CapabilitySerializer, DelegationChainSerializer, PolicySetSerializer, TaskSerializer
+
+from .models import ActionEnvelope, Operation, Payment, Receipt
+from .serializers import LedgerEventSerializer
+from .serializers_envelopes import envelope_document
+from .serializers_operations import ReceiptSerializer, operation_representation
+
+EVIDENCE_TYPE = "ActionEvidence"
+
+
+def action_ledger_events(*, action_id: str) -> QuerySet[LedgerEvent]:
+    """Every ledger event about the action's records, in sequence order: its envelope (validated,
+    rejected, accepted, executed ...), its operation (callback deliveries included), its payment
+    and its receipt.
+
+    Until ledger events carry an ``action_id`` column (CONTRACT C12) they are found by the
+    resource ids of the action's records, in one query; this is the one place to switch.
+    """
+    return LedgerEvent.objects.filter(
+        Q(resource_type="ActionEnvelope", resource_id=action_id)
+        | Q(resource_type="Operation",
+            resource_id__in=Operation.objects.filter(envelope_id=action_id).values("operation_id"))
+        | Q(resource_type="Payment", resource_id__in=Payment.objects.filter(envelope_id=action_id).values("payment_id"))
+        | Q(resource_type="Receipt", resource_id__in=Receipt.objects.filter(action_id=action_id).values("receipt_id"))
+    ).order_by("sequence")
+
+
+def _related(instance, name: str):
+    """A reverse one-to-one that may not exist (no operation yet, no payment, no receipt yet)."""
+    try:
+        return getattr(instance, name)
+    except (Operation.DoesNotExist, Payment.DoesNotExist, Receipt.DoesNotExist):
+        return None
+
+
+def payment_document(payment: Payment) -> dict[str, Any]:
+    """A payment as the bundle shows it (payments have no endpoint of their own)."""
+    return {"type": "Payment", "payment_id": payment.payment_id, "action_id": payment.envelope_id,
+            "session_id": payment.session_id, "currency": payment.currency, "amount": payment.amount,
+            "status": payment.status, "created_at": iso(payment.created_at), "updated_at": iso(payment.updated_at)}
+
+
+def _checkpoint_covering(sequence: int) -> Checkpoint:
+    """The newest checkpoint, once it covers ``sequence``: signed now if it does not yet."""
+    newest = checkpoint_newest()
+    if newest is not None and newest.tree_size >= sequence:
+        return newest
+    try:
+        checkpoint_create()
+    except LedgerBroken as exc:
+        raise errors.InternalError(f"No checkpoint can vouch for this action's events: {exc}.",
+                                   details={"first_broken_sequence": exc.sequence}) from None
+    return checkpoint_newest()
+
+
+def _records(envelope: ActionEnvelope, request) -> dict[str, Any]:
+    operation = _related(envelope, "async_operation")
+    receipt = _related(operation, "receipt") if operation is not None else None
+    payment = _related(envelope, "payment")
+    evaluation = (PolicyEvaluation.objects.select_related("policy_set")
+                  .filter(evaluation_id=envelope.policy_decision_ref).first())
+    delegation = Delegation.objects.filter(delegation_id=envelope.delegation_ref).first()
+    session = (CommerceSession.objects.filter(session_id=envelope.commerce_session_ref).first()
+               if envelope.commerce_session_ref else None)
+
+    def render(serializer_class, instance):
+        return None if instance is None else serializer_class(instance).data
+
+    return {
+        "envelope": envelope_document(envelope),
+        "task": render(TaskSerializer, Task.objects.filter(task_id=envelope.task_id).first()),
+        "decision": render(DecisionSerializer, Decision.objects.filter(decision_id=envelope.decision_ref).first()),
+        "policy_evaluation": render(PolicyEvaluationSerializer, evaluation),
+        "policy_set": render(PolicySetSerializer, evaluation.policy_set if evaluation else None),
+        "impact_assessments": ImpactAssessmentSerializer(
+            ImpactAssessment.objects.filter(decision_id=envelope.decision_ref).order_by("pk"), many=True).data,
+        "approvals": ApprovalSerializer(
+            Approval.objects.filter(decision_id=envelope.decision_ref).order_by("pk"), many=True).data,
+        "delegation_chain": DelegationChainSerializer(
+            delegation_chain(delegation=delegation) if delegation else [], many=True).data,
+        "capability": render(CapabilitySerializer,
+                             Capability.objects.filter(capability_id=envelope.capability_token_ref).first()),
+        "commerce_session": render(CommerceSessionSerializer, session),
+        "payment": None if payment is None else payment_document(payment),
+        "operation": None if operation is None else operation_representation(operation, request=request),
+        "receipt": render(ReceiptSerializer, receipt),
+    }
+
+
+def action_evidence(*, action_id: str, request=None) -> dict[str, Any]:
+    """The signed evidence bundle of an accepted action (404 for an action never accepted).
+
+    A fixed number of queries, plus a checkpoint when the newest does not cover the action's events.
+    """
+    envelope = (ActionEnvelope.objects.select_related("async_operation__receipt", "payment")
+                .filter(action_id=action_id).first())
+    if envelope is None:
+        raise errors.NotFound(f"No accepted action envelope with id {action_id!r}.")
+    records = _records(envelope, request)
+    events = list(action_ledger_events(action_id=action_id))
+    checkpoint = _checkpoint_covering(events[-1].sequence)
+    proofs = ledger_inclusion_proofs(sequences=[event.sequence for event in events], tree_size=checkpoint.tree_size)
+    signer = get_signer()
+    bundle = {
+        "type": EVIDENCE_TYPE,
+        "action_id": action_id,
+        "generated_at": iso(timezone.now()),
+        "records": records,
+        "ledger_events": [{"event": LedgerEventSerializer(event).data, "proof": proofs[event.sequence]}
+                          for event in events],
+        "checkpoint": checkpoint_document(checkpoint),
+        "jwks": {"keys": [signer.jwk()]},
+    }
+    # Signed as the client will read it: the JSON the response carries (decimals as numbers).
+    plain = json.loads(JSONRenderer().render(bundle))
+    plain["signature"] = signer.sign(plain)
+    return plain

@@ -1,0 +1,255 @@
+"""``GET /agp/action-envelopes/{action_id}/evidence`` (CONTRACT C15) and its offline verification by
+``python -m agp_client verify-evidence``, run as a separate process."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agp_client import VerificationError, verify_evidence
+from agp_project.signing import Signer
+from core.models import Checkpoint, LedgerEvent
+from core.services import checkpoint_create
+from execution.evidence import action_ledger_events
+from execution.models import Operation
+from tests import rfc9162
+from tests.execution.signed_world import make_executed_action
+from tests.platform.conftest import assert_envelope
+from tests.transparency import canonical
+
+pytestmark = pytest.mark.django_db
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def evidence(api, action_id: str) -> dict:
+    response = api.get(f"/agp/action-envelopes/{action_id}/evidence")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def get(api, path: str) -> dict:
+    response = api.get(path)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_it_gathers_the_whole_story_of_an_action_with_every_event_proved(api):
+    ids = make_executed_action(api)
+    action_id = ids["action_id"]
+    assert not Checkpoint.objects.exists()
+
+    bundle = evidence(api, action_id)
+
+    records = bundle["records"]
+    operation = Operation.objects.select_related("receipt", "envelope__payment").get(operation_id=ids["operation_id"])
+    assert (bundle["type"], bundle["action_id"]) == ("ActionEvidence", action_id)
+    # Each record exactly as its own endpoint renders it, so its own signature verifies the same.
+    assert records["envelope"] == get(api, f"/agp/action-envelopes/{action_id}")
+    assert records["task"] == get(api, f"/agp/tasks/{ids['task_id']}")
+    assert records["decision"] == get(api, f"/agp/decisions/{ids['decision_id']}")
+    envelope = records["envelope"]
+    assert records["policy_evaluation"] == get(api, f"/agp/policy-evaluations/{envelope['policy_decision_ref']}")
+    assert records["policy_set"] == get(api, f"/agp/policy-sets/{records['policy_evaluation']['policy_set_id']}")
+    assert records["approvals"] == get(api, f"/agp/approvals?decision_ref={ids['decision_id']}")["items"]
+    assert records["impact_assessments"] == get(
+        api, f"/agp/impact-assessments?decision_ref={ids['decision_id']}")["items"]
+    assert [link["delegation_id"] for link in records["delegation_chain"]] == [
+        records["delegation_chain"][1]["parent_delegation_id"], ids["delegation_id"]]
+    assert records["delegation_chain"][1] == get(api, f"/agp/delegations/{ids['delegation_id']}")
+    assert records["capability"] == get(api, f"/agp/capabilities/{envelope['capability_token_ref']}")
+    assert records["commerce_session"] == get(api, f"/agp/commerce-sessions/{envelope['commerce_session_ref']}")
+    assert records["operation"] == get(api, f"/agp/operations/{ids['operation_id']}")
+    assert records["receipt"] == get(api, f"/agp/receipts/{operation.receipt.receipt_id}")
+    assert records["payment"] == {
+        "type": "Payment", "payment_id": operation.envelope.payment.payment_id, "action_id": action_id,
+        "session_id": records["commerce_session"]["session_id"], "currency": "USD", "amount": 50.0,
+        "status": "committed", "created_at": records["payment"]["created_at"],
+        "updated_at": records["payment"]["updated_at"]}
+    assert bundle["jwks"] == get(api, "/.well-known/jwks.json")
+
+    # Every event of the action, in order, each proved in the tree of the checkpoint signed for it.
+    events = [item["event"] for item in bundle["ledger_events"]]
+    assert [event["event_type"] for event in events] == [
+        "payment.reserved", "envelope.accepted", "operation.created", "operation.running", "payment.committed",
+        "envelope.executed", "operation.succeeded", "receipt.issued"]
+    assert events == [get(api, f"/agp/ledger-events/{event['sequence']}") for event in events]
+    checkpoint = Checkpoint.objects.get()
+    assert bundle["checkpoint"] == get(api, "/agp/ledger-events/checkpoint")
+    assert checkpoint.tree_size == LedgerEvent.objects.count()
+    root = bytes.fromhex(checkpoint.root_hash)
+    for item in bundle["ledger_events"]:
+        event, proof = item["event"], item["proof"]
+        leaf = rfc9162.sha256(b"\x00" + canonical(event))
+        assert proof["leaf_hash"] == leaf.hex()
+        assert rfc9162.verify_inclusion(event["sequence"] - 1, checkpoint.tree_size, leaf,
+                                        [bytes.fromhex(h) for h in proof["audit_path"]], root)
+
+    summary = verify_evidence(bundle)
+    assert summary == {"action_id": action_id, "signatures": 10, "ledger_events": 8,
+                       "tree_size": checkpoint.tree_size, "root_hash": checkpoint.root_hash,
+                       "kids": [bundle["jwks"]["keys"][0]["kid"]]}
+
+
+def test_it_proves_against_the_newest_checkpoint_when_that_covers_the_action(api, django_assert_num_queries):
+    action_id = make_executed_action(api)["action_id"]
+    checkpoint_create()
+    newest = Checkpoint.objects.get()
+
+    with django_assert_num_queries(13):
+        bundle = evidence(api, action_id)
+
+    assert bundle["checkpoint"]["tree_size"] == newest.tree_size
+    assert Checkpoint.objects.count() == 1  # none signed for it
+    verify_evidence(bundle)
+
+
+def test_an_action_not_executed_yet_has_evidence_too(api):
+    action_id = make_executed_action(api, execute=False)["action_id"]
+
+    bundle = evidence(api, action_id)
+
+    assert bundle["records"]["operation"]["status"] == "pending"
+    assert bundle["records"]["receipt"] is None
+    assert bundle["records"]["payment"]["status"] == "reserved"
+    assert [item["event"]["event_type"] for item in bundle["ledger_events"]] == [
+        "payment.reserved", "envelope.accepted", "operation.created"]
+    assert verify_evidence(bundle)["signatures"] == 9
+
+
+def test_the_ledger_events_of_an_action_are_those_of_its_records(api):
+    first, second = make_executed_action(api), make_executed_action(api)
+
+    events = list(action_ledger_events(action_id=first["action_id"]))
+
+    assert {event.resource_id for event in events} == {
+        first["action_id"], first["operation_id"], events[0].resource_id,
+        next(e.resource_id for e in events if e.resource_type == "Receipt")}
+    assert second["action_id"] not in {event.resource_id for event in events}
+    assert [event.sequence for event in events] == sorted(event.sequence for event in events)
+
+
+def test_an_unknown_or_never_accepted_action_is_a_404_and_a_query_a_400(api):
+    assert_envelope(api.get("/agp/action-envelopes/act-nowhere/evidence"), 404, "AGP_NOT_FOUND")
+    action_id = make_executed_action(api)["action_id"]
+    assert_envelope(api.get(f"/agp/action-envelopes/{action_id}/evidence", {"download": "1"}), 400,
+                    "AGP_INVALID_REQUEST")
+
+
+def test_it_needs_an_execution_scope(make_token, authed_api, api):
+    action_id = make_executed_action(authed_api)["action_id"]
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.decision.read'])}")
+    assert_envelope(api.get(f"/agp/action-envelopes/{action_id}/evidence"), 403, "AGP_INSUFFICIENT_SCOPE")
+
+
+# --- the offline verifier, as a separate process ----------------------------------------------------------
+
+def verify_file(path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agp_client", "verify-evidence", str(path), *extra],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def flip_hex(value: str) -> str:
+    return ("1" if value[0] == "0" else "0") + value[1:]
+
+
+def flip_b64(value: str) -> str:
+    return ("A" if value[0] != "A" else "B") + value[1:]
+
+
+def tamperings(bundle: dict) -> list[tuple[str, object, str]]:
+    """(what is changed, how, the failure the verifier must name)."""
+    records, events = bundle["records"], bundle["ledger_events"]
+    receipt, envelope, link = records["receipt"], records["envelope"], records["delegation_chain"][0]
+    proved = events[2]
+    size = bundle["checkpoint"]["tree_size"]
+    label = f"ledger event #{proved['event']['sequence']} ({proved['event']['event_type']})"
+    other_key = Signer(Ed25519PrivateKey.generate(), "agp").jwk()
+
+    def setter(*path, value):
+        def change(document):
+            target = document
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value(target[path[-1]]) if callable(value) else value
+        return change
+
+    return [
+        ("a signed record's field", setter("records", "receipt", "status", value="failed"),
+         f"receipt {receipt['receipt_id']}: its content is not what was signed"),
+        ("an unsigned record's field", setter("records", "task", "title", value="Refund order 43"),
+         "the bundle's own signature: its content is not what was signed"),
+        ("a signature", setter("records", "envelope", "signature", "value", value=flip_b64),
+         f"action envelope {envelope['action_id']}: its signature value does not verify"),
+        ("a delegation link", setter("records", "delegation_chain", 0, "authority_scope", value=["*"]),
+         f"delegation {link['delegation_id']}: its content is not what was signed"),
+        ("a proof hash", setter("ledger_events", 2, "proof", "audit_path", 0, value=flip_hex),
+         f"{label}: its inclusion proof does not lead to the root hash of checkpoint {size}"),
+        ("a ledger event's field", setter("ledger_events", 2, "event", "actor", value="mallory"),
+         f"{label}: its hash does not recompute from its fields"),
+        ("a ledger event's payload", setter("ledger_events", 2, "event", "payload", value={"forged": True}),
+         f"{label}: its payload does not hash to its payload_hash"),
+        ("a ledger event left out", setter("ledger_events", value=lambda items: [
+            item for item in items if item["event"]["event_type"] != "envelope.accepted"]),
+         "no ledger event records the envelope's acceptance"),
+        ("the checkpoint's root", setter("checkpoint", "root_hash", value=flip_hex),
+         f"checkpoint {size}: its content is not what was signed"),
+        ("the checkpoint's size", setter("checkpoint", "tree_size", value=size + 1),
+         f"checkpoint {size + 1}: its content is not what was signed"),
+        ("the JWKS", setter("jwks", value={"keys": [other_key]}),
+         f"checkpoint {size}: it is signed with key"),
+        ("the bundle's type", setter("type", value="EvidenceBundle"), "not an evidence bundle"),
+        ("a record of the wrong kind", setter("records", "approvals", value=["apr_1"]), "the bundle is malformed"),
+    ]
+
+
+def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api, tmp_path):
+    bundle = evidence(api, make_executed_action(api)["action_id"])
+    untouched = tmp_path / "evidence.json"
+    untouched.write_text(json.dumps(bundle))
+
+    done = verify_file(untouched)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"OK: evidence for action {bundle['action_id']} verified: 10 signatures, "
+                                  f"8 ledger events included in checkpoint {bundle['checkpoint']['tree_size']}")
+    for name, change, failure in tamperings(bundle):
+        tampered = copy.deepcopy(bundle)
+        change(tampered)
+        path = tmp_path / f"tampered-{name.replace(' ', '-')}.json"
+        path.write_text(json.dumps(tampered))
+
+        done = verify_file(path)
+
+        assert done.returncode == 1, (name, done.stdout, done.stderr)
+        assert done.stderr.startswith(f"FAILED: {failure}"), (name, done.stderr)
+        with pytest.raises(VerificationError, match="^" + failure.replace("(", r"\(").replace(")", r"\)")):
+            verify_evidence(tampered)
+
+
+def test_verify_evidence_checks_against_a_trusted_jwks_when_given(api, tmp_path):
+    bundle = evidence(api, make_executed_action(api)["action_id"])
+    path, right, wrong = tmp_path / "evidence.json", tmp_path / "service.json", tmp_path / "other.json"
+    path.write_text(json.dumps(bundle))
+    right.write_text(json.dumps(bundle["jwks"]))
+    wrong.write_text(json.dumps({"keys": [Signer(Ed25519PrivateKey.generate(), "agp").jwk()]}))
+
+    trusted = verify_file(path, "--jwks", str(right))
+    refused = verify_file(path, "--jwks", str(wrong))
+    unreadable = verify_file(tmp_path / "missing.json")
+
+    assert trusted.returncode == 0 and "from the JWKS given" in trusted.stdout
+    assert refused.returncode == 1 and "which the JWKS does not hold" in refused.stderr
+    assert unreadable.returncode == 2 and "cannot read the evidence bundle" in unreadable.stderr
+
+
+def test_the_verifier_imports_nothing_of_the_service():
+    probe = ("import sys, agp_client.__main__, agp_client.transparency; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & "
+             "{'django', 'rest_framework', 'agp_project', 'core', 'registry', 'decision', 'execution'}))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
