@@ -117,6 +117,8 @@ def test_it_lets_an_auditor_verify_the_ledger_and_read_an_envelope_without_any_w
 def test_it_shows_an_auditor_the_dashboard_an_actions_timeline_and_a_delegation_tree(browser, live_server):
     from rest_framework.test import APIClient
 
+    from core.services import checkpoint_create
+
     from .audit_world import make_audited_action
 
     api = APIClient()
@@ -128,6 +130,7 @@ def test_it_shows_an_auditor_the_dashboard_an_actions_timeline_and_a_delegation_
         assert api.post("/agp/action-envelopes", world.envelope_request(), format="json").status_code == 200
     for refused in ({"policy_decision_ref": "pev_unknown"}, {"decision_ref": "dec_unknown"}):
         assert api.post("/agp/action-envelopes", world.envelope_request(**refused), format="json").status_code == 422
+    checkpoint = checkpoint_create()  # as the worker signs one every few seconds
     auditor_create(username="browser-auditor-2", password=PASSWORD)
     wait = WebDriverWait(browser, 15)
     browser.get(f"{live_server.url}/admin/login/?next=/admin/")
@@ -139,6 +142,8 @@ def test_it_shows_an_auditor_the_dashboard_an_actions_timeline_and_a_delegation_
     browser.find_element(By.LINK_TEXT, "Dashboard").click()
     integrity = wait.until(expected_conditions.presence_of_element_located((By.ID, "ledger-integrity"))).text
     assert f"Verified: all {LedgerEvent.objects.count()} events chain correctly" in integrity
+    assert f"Newest signed checkpoint: {checkpoint.tree_size} events" in integrity
+    assert "Verified up to it" in integrity
     bars = browser.find_elements(By.CSS_SELECTOR, "#envelopes-per-day svg rect.bar")
     today = {bar.get_attribute("class").split("bar-")[1]: int(bar.get_attribute("data-count")) for bar in bars}
     assert today == {"executed": 1, "rejected": 3, "validated": 3}
