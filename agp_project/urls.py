@@ -2,12 +2,15 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
+from agp_project.http.docs import ApiDocsView
+from agp_project.metrics import metrics_view
 from auth_tokens.views import token
-from core.views import ApiDocsView, ApiIndexView, healthz, jwks, readyz
+from core.views import ApiIndexView, healthz, jwks, readyz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path(".well-known/jwks.json", jwks, name="jwks"),
     path("oauth/token", token, name="oauth-token"),
     path("agp/openapi.json", SpectacularJSONAPIView.as_view(authentication_classes=[], permission_classes=[]),
@@ -17,6 +20,7 @@ urlpatterns = [
     path("agp/", include("registry.urls")),
     path("agp/", include("decision.urls")),
     path("agp/", include("execution.urls")),
+    path("admin/audit/", include("auditing.urls")),
     path("admin/", admin.site.urls),
 ]
 

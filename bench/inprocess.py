@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.inprocess worker -n 300 --cprofile
     .venv/bin/python -m bench.inprocess eval --gc           # garbage-collector pauses too
     AGP_PROFILE_SORT=tottime .venv/bin/python -m bench.inprocess eval --cprofile   # by own time
+    .venv/bin/python -m bench.inprocess get --drop-middleware agp_project.http.middleware.MetricsMiddleware
 
 Paths: ``get`` (``GET /agp/tasks/{id}``), ``validate`` (validate-only envelope), ``submit``
 (``Prefer: respond-async``), ``worker`` (``operation_execute`` on what ``submit`` queued) and
@@ -42,6 +43,8 @@ def main() -> None:
                         help="send writes without an Idempotency-Key (agp_client always sends one)")
     parser.add_argument("--cprofile", action="store_true", help="print the top of a cProfile of the calls")
     parser.add_argument("--gc", action="store_true", help="print garbage-collector pauses during the calls")
+    parser.add_argument("--drop-middleware", action="append", default=[], metavar="DOTTED_PATH",
+                        help="run without this middleware (repeatable), to measure what it costs")
     args = parser.parse_args()
 
     _recreate(args.database_url)
@@ -53,7 +56,14 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.core.management import call_command
+
+    unknown = set(args.drop_middleware) - set(settings.MIDDLEWARE)
+    if unknown:
+        parser.error(f"not in MIDDLEWARE: {', '.join(sorted(unknown))}")
+    # Before the test client's first request, which is when Django loads the middleware.
+    settings.MIDDLEWARE = [name for name in settings.MIDDLEWARE if name not in args.drop_middleware]
 
     call_command("migrate", verbosity=0)
     call = _path(args)

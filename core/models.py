@@ -143,5 +143,8 @@ class OutboxMessage(models.Model):
     status = models.CharField(max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING,
                               db_index=True)
     attempts = models.PositiveIntegerField(default=0)
+    # The request whose work this is (its X-Request-ID): published as the message header
+    # agp_request_id, so the worker's log lines of the task name the request.
+    request_id = models.CharField(max_length=128, blank=True, default="")
     created_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True, blank=True)

@@ -8,6 +8,10 @@ API's backtests); each names its task by its Celery name, never by importing it.
 the broker after commit. If the process dies between commit and publish, or the broker is
 briefly away, ``outbox_sweep`` (run periodically by beat) publishes what is still pending.
 Task bodies are idempotent, so a message published twice does no harm.
+
+A message carries the id of the request that caused it (``request_id``, from the request's
+``X-Request-ID``, or from the task that enqueued it), published as the Celery header
+``agp_request_id``: the worker's log lines of that task name the request.
 """
 
 import logging
@@ -15,6 +19,8 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
+
+from agp_project.request_context import TASK_HEADER, current_request_id
 
 from .choices import OutboxStatus
 from .models import OutboxMessage
@@ -25,12 +31,24 @@ logger = logging.getLogger(__name__)
 SWEEP_GRACE = timedelta(seconds=30)
 
 
-def outbox_enqueue(*, task_name: str, args: list) -> OutboxMessage:
-    """Record a task in the current transaction; publish it once the transaction commits."""
-    message = OutboxMessage.objects.create(task_name=task_name, args=args, created_at=timezone.now())
+def outbox_enqueue(*, task_name: str, args: list, request_id: str | None = None) -> OutboxMessage:
+    """Record a task in the current transaction; publish it once the transaction commits.
+
+    ``request_id``: the request the task serves; by default the one being handled (or whose
+    task is running) now.
+    """
+    message = OutboxMessage.objects.create(task_name=task_name, args=args, created_at=timezone.now(),
+                                           request_id=request_id or current_request_id() or "")
     # The committed row is exactly this object: publish it without reading it back.
     transaction.on_commit(lambda: _publish(message))
     return message
+
+
+def outbox_request_id(*, args: list) -> str:
+    """The request id of the newest message for these arguments (an operation's execution or
+    callback): a task re-enqueued by recovery serves the same request."""
+    return (OutboxMessage.objects.filter(args=args).exclude(request_id="").order_by("-pk")
+            .values_list("request_id", flat=True).first() or "")
 
 
 def outbox_publish(*, message_id: int) -> bool:
@@ -46,7 +64,8 @@ def _publish(message: OutboxMessage) -> bool:
 
     message_id = message.pk
     try:
-        app.send_task(message.task_name, args=message.args)
+        headers = {TASK_HEADER: message.request_id} if message.request_id else None
+        app.send_task(message.task_name, args=message.args, headers=headers)
     except Exception as exc:  # the broker is down: the sweep will retry
         OutboxMessage.objects.filter(pk=message_id).update(attempts=message.attempts + 1)
         logger.warning("outbox: publishing message %s failed: %s", message_id, exc)

@@ -9,7 +9,6 @@ from django.http import JsonResponse
 from django.urls import URLResolver, get_resolver
 from django.views.decorators.http import require_GET
 from drf_spectacular.utils import extend_schema
-from drf_spectacular.views import SpectacularRedocView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -125,23 +124,3 @@ class ApiIndexView(APIView):
                 for name, (collections, others) in _api_groups().items()
             ],
         })
-
-
-class ApiDocsView(SpectacularRedocView):
-    """``GET /agp/docs``: the OpenAPI document rendered for people (Redoc, served from here)."""
-
-    authentication_classes = []
-    permission_classes = []
-    url_name = "openapi"
-    template_name = "core/api_docs.html"
-    # Redoc's script comes from this server (drf-spectacular-sidecar); it styles the page
-    # inline and renders in a blob worker. Nothing else is loaded from anywhere.
-    content_security_policy = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-                               "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
-                               "worker-src 'self' blob:; frame-ancestors 'none'")
-
-    @extend_schema(exclude=True)
-    def get(self, request, *args, **kwargs):
-        response = super().get(request, *args, **kwargs)
-        response["Content-Security-Policy"] = self.content_security_policy
-        return response

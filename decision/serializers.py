@@ -116,7 +116,7 @@ class ShadowResultSerializer(serializers.Serializer):
 
 @extend_schema_field(ShadowResultSerializer(many=True))
 class ShadowResultsField(serializers.JSONField):
-    """The stored ``{policy_set_id: {"allow", "matches"}}`` as the list C14 names, ordered by id."""
+    """The stored ``{policy_set_id: {"allow", "matches"}}`` as a list, ordered by id."""
 
     def to_representation(self, value):
         return [{"policy_set_id": policy_set_id, "allow": result["allow"], "matches": result["matches"]}
@@ -352,7 +352,7 @@ class ErrorObjectField(serializers.JSONField):
 
 
 class BacktestSerializer(StrictSerializer):
-    """A candidate policy set re-evaluated over recorded evaluations (C14): the request, and the
+    """A candidate policy set re-evaluated over recorded evaluations: the request, and the
     summary the run stores (``evaluations`` re-evaluated so far, of ``total`` in the window)."""
 
     type_name = "Backtest"

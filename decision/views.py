@@ -4,10 +4,10 @@ from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.response import Response
 
-from agp_project.http.schema import ExactFilterSchema, KeysetPaginationSchema, documented, error_responses
+from agp_project.http.schema import documented, error_responses, example, read_views
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
-from . import backtests, selectors, services
+from . import api_docs, backtests, selectors, services
 from .serializers import (
     ApprovalSerializer,
     BacktestOperationSerializer,
@@ -27,12 +27,9 @@ from .serializers import (
 
 class DecisionGroupViewSet(CreateMixin, AGPViewSet):
     scope_group = "decision"
-    # Schema only: AGPViewSet.list paginates and filters itself (agp_project/http/schema.py).
-    pagination_class = KeysetPaginationSchema
-    filter_backends = [ExactFilterSchema]
 
 
-@documented(ContextSerializer)
+@documented(ContextSerializer, api_docs.CONTEXTS)
 class ContextViewSet(DecisionGroupViewSet):
     """Task-scoped context records with a server-computed ``content_hash``."""
 
@@ -46,7 +43,7 @@ class ContextViewSet(DecisionGroupViewSet):
         return services.context_create(actor=actor, **validated)
 
 
-@documented(EvidenceBundleSerializer)
+@documented(EvidenceBundleSerializer, api_docs.EVIDENCE_BUNDLES)
 class EvidenceBundleViewSet(DecisionGroupViewSet):
     """Task-scoped evidence bundles with a server-computed ``bundle_hash``."""
 
@@ -60,7 +57,7 @@ class EvidenceBundleViewSet(DecisionGroupViewSet):
         return services.evidence_bundle_create(actor=actor, **validated)
 
 
-@documented(PolicyEvaluationSerializer, create={
+@documented(PolicyEvaluationSerializer, api_docs.POLICY_EVALUATIONS, create={
     409: "AGP_CONFLICT: the id already exists; AGP_FROZEN: an active freeze stops the agent or the task's root "
          "principal (`details.freezes`).",
     422: "AGP_PREREQUISITE_FAILED: the policy set is revoked (check `policy_set_not_revoked`)."})
@@ -78,9 +75,10 @@ class PolicyEvaluationViewSet(DecisionGroupViewSet):
         return services.policy_evaluation_create(actor=actor, **validated)
 
 
-@documented(DecisionSerializer, patch=DecisionStatusSerializer, patch_errors={
+@documented(DecisionSerializer, api_docs.DECISIONS, patch=DecisionStatusSerializer, patch_errors={
     409: "AGP_INVALID_TRANSITION: only draft -> finalised (`details.from`, `to`, `allowed`).",
-    422: "AGP_IMPACT_ASSESSMENT_REQUIRED (rule 5), or AGP_PREREQUISITE_FAILED: an approve over a "
+    422: "AGP_IMPACT_ASSESSMENT_REQUIRED: the task needs an impact assessment of this decision first; or "
+         "AGP_PREREQUISITE_FAILED: an approve over a "
             "do_not_proceed assessment, or an evaluation of a revoked policy set (`details.failed_checks`)."})
 class DecisionViewSet(DecisionGroupViewSet):
     """Decision records: created ``draft``, finalised by PATCH (rule 5 applies)."""
@@ -101,7 +99,7 @@ class DecisionViewSet(DecisionGroupViewSet):
         return Response(self.render(decision))
 
 
-@documented(ImpactAssessmentSerializer)
+@documented(ImpactAssessmentSerializer, api_docs.IMPACT_ASSESSMENTS)
 class ImpactAssessmentViewSet(DecisionGroupViewSet):
     """Signed consequence assessments that rule 5 requires before finalising."""
 
@@ -116,7 +114,7 @@ class ImpactAssessmentViewSet(DecisionGroupViewSet):
         return services.impact_assessment_create(actor=actor, **validated)
 
 
-@documented(ApprovalSerializer, create={
+@documented(ApprovalSerializer, api_docs.APPROVALS, create={
     422: "AGP_PREREQUISITE_FAILED: the approver is the decision's own agent (check `approver_independent`)."})
 class ApprovalViewSet(DecisionGroupViewSet):
     """Immutable, expiring, signed approvals of decisions (``agp.approval.write`` to create)."""
@@ -132,7 +130,7 @@ class ApprovalViewSet(DecisionGroupViewSet):
         return services.approval_create(actor=actor, **validated)
 
 
-@documented(EscalationSerializer, patch=EscalationResolveSerializer, patch_errors={
+@documented(EscalationSerializer, api_docs.ESCALATIONS, patch=EscalationResolveSerializer, patch_errors={
     409: "AGP_INVALID_TRANSITION: only open -> resolved; resolved is final."})
 class EscalationViewSet(DecisionGroupViewSet):
     """Escalation notices: created ``open``, resolved once by PATCH with an outcome."""
@@ -153,7 +151,7 @@ class EscalationViewSet(DecisionGroupViewSet):
         return Response(self.render(escalation))
 
 
-@documented(CommerceSessionSerializer, create={
+@documented(CommerceSessionSerializer, api_docs.COMMERCE_SESSIONS, create={
     409: "AGP_CONFLICT: the id already exists; AGP_DELEGATION_SCOPE_VIOLATION: outside the delegation "
             "(agent, principal, chain, currency, spend limit, expiry; `details.violations`)."})
 class CommerceSessionViewSet(DecisionGroupViewSet):
@@ -171,15 +169,13 @@ class CommerceSessionViewSet(DecisionGroupViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(responses={200: BacktestSerializer, **error_responses()}),
-    retrieve=extend_schema(responses={200: BacktestSerializer, **error_responses({404: "AGP_NOT_FOUND: no such id."})}),
+    **read_views(BacktestSerializer, api_docs.BACKTESTS),
     create=extend_schema(
-        request=BacktestSerializer,
+        summary=api_docs.BACKTESTS.create_summary, description=api_docs.BACKTESTS.create,
+        request=BacktestSerializer, examples=example(api_docs.BACKTESTS.create_example),
         responses={202: BacktestOperationSerializer, **error_responses({
             409: "AGP_CONFLICT: the id already exists.",
-            422: "AGP_PREREQUISITE_FAILED: the candidate policy set is revoked (check `policy_set_not_revoked`)."})},
-        description="Re-evaluate recorded policy evaluations under a candidate policy set, asynchronously: the "
-                    "answer is the backtest's Operation (poll its `status_url`); the summary is at `result_url`."))
+            422: "AGP_PREREQUISITE_FAILED: the candidate policy set is revoked (check `policy_set_not_revoked`)."})}))
 class BacktestViewSet(DecisionGroupViewSet):
     """What a candidate policy set would have decided on recorded evaluations (C14); creating needs agp.policy.write."""
 

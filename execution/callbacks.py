@@ -26,10 +26,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, Max, OuterRef
 from django.utils import timezone
 
+from agp_project.metrics import CALLBACK_DELIVERIES
 from agp_project.net import UnsafeURL, http_post
 from core.ledger import ledger_append
 from core.models import LedgerEvent, OutboxMessage
-from core.outbox import outbox_enqueue
+from core.outbox import outbox_enqueue, outbox_request_id
 
 from .choices import CALLBACK_TASK, OPERATION_TERMINAL, WORKER_ACTOR, CallbackStatus
 from .models import CallbackAttempt, Operation
@@ -133,10 +134,14 @@ def callback_deliver(*, operation_id: str) -> DeliveryOutcome:
                                    "url": operation.callback_url, "attempts": number,
                                    "response_status": response_status, "error": problem})
     if delivered:
+        CALLBACK_DELIVERIES.labels("delivered").inc()
+        logger.info("callback for %s delivered (attempt %s, HTTP %s)", operation_id, number, response_status)
         return DeliveryOutcome("delivered", number)
     logger.warning("callback for %s attempt %s/%s failed: %s", operation_id, number, max_attempts, problem)
     if final:
+        CALLBACK_DELIVERIES.labels("abandoned").inc()
         return DeliveryOutcome("abandoned", number)
+    CALLBACK_DELIVERIES.labels("failed").inc()
     return DeliveryOutcome("retry", number, _backoff(number))
 
 
@@ -175,7 +180,8 @@ def callbacks_recover(*, now: datetime | None = None, limit: int = 200) -> int:
                                         created_at__gte=now - slack).exists():
             continue  # already nudged; its message has not been worked off yet
         with transaction.atomic():
-            outbox_enqueue(task_name=CALLBACK_TASK, args=[operation_id])
+            outbox_enqueue(task_name=CALLBACK_TASK, args=[operation_id],
+                           request_id=outbox_request_id(args=[operation_id]))
         logger.info("recover: re-enqueued the callback of %s (after %s attempts)", operation_id, tries)
         count += 1
     return count

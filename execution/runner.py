@@ -44,9 +44,10 @@ from django_fsm import can_proceed
 from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.ids import new_id
+from agp_project.metrics import CONNECTOR_CALLS, ENVELOPE_FAILED_CHECKS, ENVELOPES, OPERATIONS_ENDED, count_on_commit
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append, ledger_batch
-from core.outbox import outbox_enqueue
+from core.outbox import outbox_enqueue, outbox_request_id
 
 from .budgets import payment_commit, payment_release
 from .checks import envelope_recheck
@@ -92,6 +93,9 @@ def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, faile
         "A governance prerequisite no longer holds at execution time; nothing was executed.",
         details={"failed_checks": failed_checks})
     operation.fail()
+    _count_ended(operation)
+    for item in failed_checks:
+        count_on_commit(ENVELOPE_FAILED_CHECKS.labels(item["check"], "execution"))
     operation.error = err.as_body()["error"]
     operation.completed_at = operation.updated_at = now
     operation.lease_expires_at = None
@@ -127,10 +131,15 @@ def _fail_interrupted(*, operation: Operation, executor: str) -> None:
 def _envelope_set_status(*, envelope: ActionEnvelope, status: str, operation_id: str, actor: str) -> None:
     """Move the envelope to executed/failed and ledger it (C9), in the caller's transaction."""
     ActionEnvelope.objects.filter(pk=envelope.pk).update(status=status)
+    count_on_commit(ENVELOPES.labels(status))
     ledger_append(event_type=f"envelope.{status}", resource_type="ActionEnvelope", resource_id=envelope.action_id,
                   actor=actor, payload={**action_trail(envelope), "from": envelope.status, "to": status,
                                         "operation_id": operation_id})
     envelope.status = status
+
+
+def _count_ended(operation: Operation) -> None:
+    count_on_commit(OPERATIONS_ENDED.labels(operation.status))
 
 
 def _enqueue_callback(operation: Operation) -> None:
@@ -311,6 +320,7 @@ def _outcome_record(*, operation: Operation, status: str, result: dict[str, Any]
         operation.fail()
         operation.error = error
         envelope_status = EnvelopeStatus.FAILED
+    _count_ended(operation)
     operation.completed_at = operation.updated_at = now
     operation.lease_expires_at = None
     operation.save()
@@ -333,7 +343,7 @@ def _connector_run(connector, claim: Claim) -> tuple[ReceiptStatus, dict[str, An
     """The receipt's status and result, and the error body of a failure (None on success):
     a connector never leaves an operation hanging."""
     try:
-        return ReceiptStatus.SUCCEEDED, connector.execute(claim.call), None
+        result = connector.execute(claim.call)
     except ExecutionFailed as exc:
         error = exc.as_body()["error"]
     except Exception as exc:  # a connector bug must fail the operation, never leave it hanging
@@ -341,6 +351,12 @@ def _connector_run(connector, claim: Claim) -> tuple[ReceiptStatus, dict[str, An
         error = ExecutionFailed("The connector raised an unexpected error.",
                                 details={"connector": claim.connector,
                                          "reason": type(exc).__name__}).as_body()["error"]
+    else:
+        CONNECTOR_CALLS.labels(claim.connector, "succeeded").inc()
+        return ReceiptStatus.SUCCEEDED, result, None
+    CONNECTOR_CALLS.labels(claim.connector, "failed").inc()
+    logger.warning("execute: the %s call of operation %s failed: %s %s", claim.connector, claim.operation_id,
+                   error.get("code"), error.get("message"))
     return ReceiptStatus.FAILED, {"error": error}, error
 
 
@@ -363,15 +379,25 @@ def operation_execute(*, operation_id: str, executor: str) -> str:
             status, result, error = _connector_run(connector, claim)
             _outcome_record(operation=operation, status=status, result=result, error=error, executor=executor,
                             actor=WORKER_ACTOR)
+            transaction.on_commit(lambda: _log_outcome(claim, status.value))
             return status.value
         operation.save()
     if not connector.completes:
+        logger.info("operation %s of %s handed to its external executor", operation_id, claim.action_id)
         return "awaiting_receipt"
     with lease_kept(operation_id=operation_id, fence=claim.fence):
         status, result, error = _connector_run(connector, claim)
     receipt = operation_finish(operation_id=operation_id, fence=claim.fence, status=status, result=result,
                                error=error, executor=executor)
-    return status.value if receipt else "superseded"
+    if receipt is None:
+        return "superseded"
+    _log_outcome(claim, status.value)
+    return status.value
+
+
+def _log_outcome(claim: Claim, status: str) -> None:
+    logger.info("operation %s of %s %s (%s connector, attempt %s)", claim.operation_id, claim.action_id, status,
+                claim.connector, claim.fence)
 
 
 def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str, result: dict | None = None,
@@ -420,6 +446,7 @@ def operation_cancelled_record(*, operation: Operation, actor: str, error: dict[
     released, the envelope is ``failed``, ``operation.cancelled`` is ledgered and the
     callback enqueued. No receipt: a receipt records an execution.
     """
+    _count_ended(operation)
     now = timezone.now()
     operation.error = error
     operation.completed_at = operation.updated_at = now
@@ -479,7 +506,8 @@ def operations_recover(*, now: datetime | None = None, limit: int = 500) -> int:
             # Conditional on the updated_at just read: two sweeps never both nudge.
             if Operation.objects.filter(pk=pk, updated_at=updated_at).update(updated_at=now) != 1:
                 continue
-            outbox_enqueue(task_name=EXECUTE_TASK, args=[operation_id])
+            outbox_enqueue(task_name=EXECUTE_TASK, args=[operation_id],
+                           request_id=outbox_request_id(args=[operation_id]))
         logger.info("recover: re-enqueued operation %s", operation_id)
         count += 1
     return count

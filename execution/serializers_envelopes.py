@@ -26,11 +26,11 @@ class GovernanceAttestationSerializer(serializers.Serializer):
 
 
 class ActionEnvelopeSerializer(StrictSerializer):
-    """``POST /agp/action-envelopes`` request and the ActionEnvelope response.
+    """An agent's request to perform one tool operation, and the envelope the server signs for it.
 
-    References (task, capability, decision, policy evaluation) are prerequisites: one that
-    does not exist fails its check (422), it is not a 400. Response-only fields sent in a
-    request are a 400 (C1).
+    The records it cites (task, capability, decision, policy evaluation) are prerequisites:
+    one that does not exist fails its check (422), not the request's syntax (400). Fields the
+    server sets are refused in a request (400).
     """
 
     type_name = "ActionEnvelope"
@@ -107,7 +107,8 @@ class WhatIfSerializer(serializers.Serializer):
 
 
 class ReplaySerializer(serializers.Serializer):
-    """``GET /agp/replay/{action_id}`` (C9), plus ``changed_checks`` and the optional ``what_if``."""
+    """An action's checks as recorded and as they come out today, the ``changed_checks``, and the
+    optional ``what_if`` under another policy set."""
 
     action_id = serializers.CharField()
     original = VerdictSerializer()

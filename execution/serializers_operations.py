@@ -70,7 +70,7 @@ def operation_representation(operation: Operation, *, request=None) -> dict:
 
 
 class ReceiptSerializer(StrictSerializer):
-    """A Receipt (C9, C11): read everywhere; written only to complete an ``external`` operation."""
+    """The signed outcome of an operation; written by a client only to complete an ``external`` operation."""
 
     type_name = "Receipt"
 

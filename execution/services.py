@@ -25,6 +25,7 @@ from django.utils import timezone
 from agp_project import errors
 from agp_project.http.prefer import EXECUTE, VALIDATE
 from agp_project.ids import new_id
+from agp_project.metrics import ENVELOPE_FAILED_CHECKS, ENVELOPES, count_on_commit
 from agp_project.signing import get_signer, sign_resource
 from agp_project.timeutil import iso
 from core.ledger import ledger_append, ledger_batch, ledger_record
@@ -79,6 +80,9 @@ def envelope_reject(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, 
     """Record the refusal (committed), then raise 422 listing every failed check."""
     ledger_record(event_type="envelope.rejected", resource_type="ActionEnvelope", resource_id=inputs.action_id,
                   actor=actor, payload=_ledger_payload(inputs, report, mode=mode, failed_checks=report.failed))
+    count_on_commit(ENVELOPES.labels("rejected"))
+    for item in report.failed:
+        count_on_commit(ENVELOPE_FAILED_CHECKS.labels(item["check"], "submission"))
     names = ", ".join(item["check"] for item in report.failed)
     raise errors.PrerequisiteFailed(f"Governance prerequisites failed: {names}.",
                                     details={"action_id": inputs.action_id, "failed_checks": report.failed})
@@ -129,6 +133,7 @@ def envelope_validate(*, inputs: EnvelopeInputs, actor: str) -> ActionEnvelope:
                       inputs, report, approval_ref=report.approval_ref,
                       commerce_session_ref=report.commerce_session_ref, delegation_ref=report.delegation_ref,
                       signature_payload_hash=envelope.signature["payload_hash"]))
+    count_on_commit(ENVELOPES.labels("validated"))
     return envelope
 
 
@@ -196,6 +201,7 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
             ledger_append(event_type="operation.created", resource_type="Operation",
                           resource_id=operation.operation_id, actor=actor,
                           payload={**action_trail(envelope), "status": operation.status})
+            count_on_commit(ENVELOPES.labels("accepted"))
     except IntegrityError:
         # Two submissions of one action_id both passed the checks' look-up: the unique index decides.
         if ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():

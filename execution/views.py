@@ -3,12 +3,12 @@
 import re
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from agp_project import errors
-from agp_project.http.schema import ErrorEnvelopeSerializer
+from agp_project.http.schema import ErrorEnvelopeSerializer, documented, error_responses, read_views
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 from core.ledger import ledger_append_client_event
 from core.models import LedgerEvent
@@ -21,6 +21,7 @@ from core.selectors import (
     ledger_verification,
 )
 
+from . import api_docs
 from .serializers import (
     CheckpointSerializer,
     ConsistencyProofSerializer,
@@ -62,6 +63,8 @@ def size_parameter(name: str, description: str, required: bool = False) -> OpenA
                             description=description)
 
 
+@documented(LedgerEventSerializer, api_docs.LEDGER_EVENTS,
+            create={409: "AGP_CONFLICT: an event with this event_id exists."})
 class LedgerEventViewSet(CreateMixin, AGPViewSet):
     """The hash-chained ledger: read it, append client events, verify it, prove events in its Merkle tree."""
 
@@ -77,16 +80,15 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
     def perform_create(self, validated, actor):
         return ledger_append_client_event(actor=actor, **validated)
 
-    @extend_schema(responses=LedgerAndTreeVerificationSerializer,
-                   description="Walk the hash chain and name the first broken link; recompute the Merkle tree "
-                               "from the events and check it against the newest signed checkpoint (`tree`). "
-                               "`verified` is true only when both hold.")
+    @extend_schema(summary=api_docs.VERIFY_SUMMARY, description=api_docs.VERIFY,
+                   responses={200: LedgerAndTreeVerificationSerializer, **error_responses()})
     @action(detail=False, methods=["get"], url_path="verify")
     def verify(self, request):
         return Response(ledger_verification())
 
-    @extend_schema(responses={200: CheckpointSerializer, 404: OpenApiResponse(
-        ErrorEnvelopeSerializer, description="AGP_NOT_FOUND: no checkpoint has been made yet.")},
+    @extend_schema(summary="Get the newest checkpoint", responses={
+        200: CheckpointSerializer,
+        404: OpenApiResponse(ErrorEnvelopeSerializer, description="AGP_NOT_FOUND: no checkpoint has been made yet.")},
         description="The newest signed checkpoint of the ledger's Merkle tree: `tree_size`, `root_hash` "
                     "(RFC 9162), `issued_at` and the Ed25519 `signature` over the other three.")
     @action(detail=False, methods=["get"], url_path="checkpoint")
@@ -98,6 +100,7 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
         return Response(checkpoint_document(newest))
 
     @extend_schema(
+        summary="Prove an event is in the ledger",
         parameters=[size_parameter("tree_size", "The size of the tree to prove the event in; default the newest "
                                                 "checkpoint's. At most the newest checkpoint's.")],
         responses={200: InclusionProofSerializer, 400: SIZE_ERRORS},
@@ -109,6 +112,7 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
         return Response(ledger_inclusion_proof(sequence=int(sequence), tree_size=sizes["tree_size"]))
 
     @extend_schema(
+        summary="Prove the ledger only grew",
         parameters=[size_parameter("first", "The size of the older tree.", required=True),
                     size_parameter("second", "The size of the newer tree; default the newest checkpoint's.")],
         responses={200: ConsistencyProofSerializer, 400: SIZE_ERRORS},
@@ -120,6 +124,7 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
         return Response(ledger_consistency_proof(first=sizes["first"], second=sizes["second"]))
 
 
+@extend_schema_view(**read_views(CheckpointSerializer, api_docs.CHECKPOINTS))
 class CheckpointViewSet(AGPViewSet):
     """``/agp/ledger-events/checkpoints``: every signed checkpoint, newest (largest) first."""
 

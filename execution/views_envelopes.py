@@ -2,7 +2,7 @@
 
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -10,9 +10,10 @@ from rest_framework.views import APIView
 
 from agp_project import errors
 from agp_project.http.prefer import EXECUTE, execution_mode, parse_prefer
-from agp_project.http.schema import ErrorEnvelopeSerializer
+from agp_project.http.schema import ErrorEnvelopeSerializer, example, read_views
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
+from . import api_docs
 from .documents import envelope_document
 from .evidence import action_evidence
 from .models import ActionEnvelope
@@ -33,6 +34,7 @@ PREFER_PARAMETER = OpenApiParameter(
                 "are ignored.")
 
 
+@extend_schema_view(**read_views(ActionEnvelopeSerializer, api_docs.ACTION_ENVELOPES))
 class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
     """Submit an action envelope (validate, or validate and execute); read accepted envelopes."""
 
@@ -51,6 +53,9 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
         return response
 
     @extend_schema(
+        summary=api_docs.ACTION_ENVELOPES.create_summary,
+        description=api_docs.ACTION_ENVELOPES.create,
+        examples=example(api_docs.ACTION_ENVELOPES.create_example),
         parameters=[PREFER_PARAMETER],
         request=ActionEnvelopeSerializer,
         responses={
@@ -86,6 +91,7 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
         return Response(envelope_document(envelope), status=status.HTTP_200_OK, headers=headers)
 
     @extend_schema(
+        summary="Download an action's evidence bundle",
         responses={200: ActionEvidenceSerializer,
                    404: OpenApiResponse(ErrorEnvelopeSerializer, description="No accepted action with this id.")},
         description="Everything an outside party needs to check this action offline: every record that governed "
@@ -105,6 +111,7 @@ class ReplayView(APIView):
     allowed_params = ("policy_set_id",)
 
     @extend_schema(
+        summary=api_docs.REPLAY_SUMMARY, description=api_docs.REPLAY,
         parameters=[OpenApiParameter("policy_set_id", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
                                      description="Also evaluate the action's recorded policy input under this "
                                                  "policy set (what-if).")],

@@ -4,6 +4,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
 from agp_project import errors
+from agp_project.http.schema import NOT_FOUND, documented, error_responses, example
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 from auth_tokens.permissions import scopes_require
 from auth_tokens.scopes import (
@@ -16,6 +17,7 @@ from decision.backtests import backtest_cancel
 from decision.selectors import backtest_by_operation
 from decision.serializers import backtest_operation_representation
 
+from . import api_docs
 from .models import Operation, Receipt
 from .runner import operation_cancel, receipt_submit
 from .serializers_operations import (
@@ -46,9 +48,10 @@ class OperationViewSet(AGPViewSet):
     def _not_found(self, operation_id: str) -> errors.NotFound:
         return errors.NotFound(f"No operation with id {operation_id!r}.")
 
-    @extend_schema(responses=OperationSerializer, operation_id="operations_retrieve",
-                   description="An envelope's or a backtest's operation; a backtest's also carries `progress` "
-                               "(`evaluations` re-evaluated of `total`).")
+    @extend_schema(summary=api_docs.OPERATION_SUMMARY, description=api_docs.OPERATION + (
+                       "\n\nA backtest's operation also carries `progress` (`evaluations` re-evaluated of `total`)."),
+                   responses={200: OperationSerializer, **error_responses({404: NOT_FOUND})},
+                   operation_id="operations_retrieve")
     def retrieve(self, request, *args, **kwargs):
         operation_id = kwargs[self.lookup_field]
         operation = Operation.objects.filter(operation_id=operation_id).first()
@@ -59,12 +62,12 @@ class OperationViewSet(AGPViewSet):
             raise self._not_found(operation_id)
         return Response(backtest_operation_representation(backtest, request=request))
 
-    @extend_schema(request=OperationStatusSerializer, responses=OperationSerializer,
-                   operation_id="operations_partial_update",
-                   description="Cancel a pending envelope operation (its budget reservation is released and no "
-                               "worker executes it; needs agp.execution.write), or a pending or running backtest "
-                               "(its worker stops; needs agp.policy.write or agp.decision.write). Any other state "
-                               "is 409 AGP_INVALID_TRANSITION.")
+    @extend_schema(request=OperationStatusSerializer, operation_id="operations_partial_update",
+                   summary=api_docs.CANCEL_SUMMARY, description=api_docs.CANCEL,
+                   examples=example(api_docs.CANCEL_EXAMPLE),
+                   responses={200: OperationSerializer, **error_responses({
+                       404: NOT_FOUND, 409: "AGP_INVALID_TRANSITION: the operation is not pending (an envelope's), "
+                                           "or has ended (a backtest's)."})})
     def partial_update(self, request, *args, **kwargs):
         self.parse(serializer_class=OperationStatusSerializer)  # {"status": "cancelled"} only
         operation_id = kwargs[self.lookup_field]
@@ -79,6 +82,9 @@ class OperationViewSet(AGPViewSet):
         return Response(backtest_operation_representation(backtest, request=request))
 
 
+@documented(ReceiptSerializer, api_docs.RECEIPTS, create={
+    409: "AGP_CONFLICT: the receipt id exists; AGP_INVALID_TRANSITION: the operation does not wait for a receipt "
+         "(not external, not running, or already ended)."})
 class ReceiptViewSet(CreateMixin, AGPViewSet):
     """Signed receipts of executed operations; ``POST`` completes an ``external`` operation."""
 

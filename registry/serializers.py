@@ -78,7 +78,7 @@ class DelegationConstraintsSerializer(StrictSerializer):
 
 
 class DelegationChainSerializer(StrictSerializer):
-    """One link of a delegation chain; the server finds ``parent_delegation_id`` (C5)."""
+    """One link of a delegation chain; the server finds ``parent_delegation_id`` and signs the link."""
 
     type_name = "DelegationChain"
 
@@ -127,7 +127,7 @@ class PolicyTestSummarySerializer(serializers.Serializer):
 
 
 class PolicySetSerializer(StrictSerializer):
-    """A versioned Rego ``ruleset`` with its verified ``ruleset_hash``; created ``active`` (C6)."""
+    """A versioned Rego ``ruleset`` with its verified ``ruleset_hash``; created ``active``."""
 
     type_name = "PolicySet"
 
@@ -197,7 +197,7 @@ class PolicySetStatusSerializer(StrictSerializer):
 
 # --- tasks --------------------------------------------------------------------------------
 class TaskSerializer(StrictSerializer):
-    """A unit of work an agent performs for a root principal (C7, C11)."""
+    """A unit of work an agent performs for a root principal."""
 
     type_name = "Task"
 
@@ -402,7 +402,7 @@ class RevocationSerializer(StrictSerializer):
 
 # --- freezes ------------------------------------------------------------------------------
 class FreezeSerializer(StrictSerializer):
-    """An emergency stop of an agent, a root principal, a tool, or everything (C13).
+    """An emergency stop of an agent, a root principal, a tool, or everything.
 
     ``target_id`` is the agent, principal or tool id; absent (rendered null) for ``all``.
     The signature covers the freeze as rendered: issued at creation, issued again on lifting.

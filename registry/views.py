@@ -2,10 +2,10 @@
 
 from rest_framework.response import Response
 
-from agp_project.http.schema import ExactFilterSchema, KeysetPaginationSchema, documented
+from agp_project.http.schema import documented
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
 
-from . import services
+from . import api_docs, services
 from .models import Capability, Delegation, Freeze, LiabilityBinding, PolicySet, Revocation, Skill, Task
 from .serializers import (
     CapabilitySerializer,
@@ -25,12 +25,9 @@ from .serializers import (
 class RegistryViewSet(CreateMixin, AGPViewSet):
     scope_group = "registry"
     http_method_names = ["get", "post", "head", "options"]
-    # Schema only: AGPViewSet.list paginates and filters itself (agp_project/http/schema.py).
-    pagination_class = KeysetPaginationSchema
-    filter_backends = [ExactFilterSchema]
 
 
-@documented(DelegationChainSerializer, create={409: (
+@documented(DelegationChainSerializer, api_docs.DELEGATIONS, create={409: (
     "AGP_DELEGATION_SCOPE_VIOLATION (no usable parent covers the scope; cycle; spend or expiry beyond the "
     "parent's), AGP_DELEGATION_HOP_LIMIT (the parent has no hops left, or more were asked), AGP_FROZEN (an "
     "active freeze stops the delegator or the root principal; `details.freezes`) or AGP_CONFLICT "
@@ -49,7 +46,8 @@ class DelegationViewSet(RegistryViewSet):
         return services.delegation_create(actor=actor, **validated)
 
 
-@documented(PolicySetSerializer, patch=PolicySetStatusSerializer, patch_errors={409: (
+@documented(PolicySetSerializer, api_docs.POLICY_SETS, patch=PolicySetStatusSerializer, patch_errors={
+    409: (
     "AGP_INVALID_TRANSITION: only active -> deprecated -> revoked (`details.from`, `details.to`, "
     "`details.allowed`).")})
 class PolicySetViewSet(RegistryViewSet):
@@ -73,7 +71,8 @@ class PolicySetViewSet(RegistryViewSet):
         return Response(self.render(instance))
 
 
-@documented(TaskSerializer, patch=TaskStatusSerializer, patch_errors={409: (
+@documented(TaskSerializer, api_docs.TASKS, patch=TaskStatusSerializer, patch_errors={
+    409: (
     "AGP_INVALID_TRANSITION: only open -> closed (`details.from`, `details.to`, `details.allowed`).")})
 class TaskViewSet(RegistryViewSet):
     """Tasks; ``PATCH`` with ``{"status": "closed"}`` closes one, the only move there is."""
@@ -96,7 +95,7 @@ class TaskViewSet(RegistryViewSet):
         return Response(self.render(instance))
 
 
-@documented(CapabilitySerializer, create={409: (
+@documented(CapabilitySerializer, api_docs.CAPABILITIES, create={409: (
     "AGP_DELEGATION_SCOPE_VIOLATION (the delegation is not usable, not held by `agent_id`, does not cover "
     "every `tool_id:operation`, or expires earlier) or AGP_CONFLICT (duplicate id).")})
 class CapabilityViewSet(RegistryViewSet):
@@ -111,7 +110,8 @@ class CapabilityViewSet(RegistryViewSet):
         return services.capability_create(actor=actor, **validated)
 
 
-@documented(LiabilityBindingSerializer, create={409: "AGP_CONFLICT: duplicate id, or the agent is revoked."})
+@documented(LiabilityBindingSerializer, api_docs.LIABILITY_BINDINGS,
+            create={409: "AGP_CONFLICT: duplicate id, or the agent is revoked."})
 class LiabilityBindingViewSet(RegistryViewSet):
     queryset = LiabilityBinding.objects.all()
     serializer_class = LiabilityBindingSerializer
@@ -124,7 +124,7 @@ class LiabilityBindingViewSet(RegistryViewSet):
         return services.liability_binding_create(actor=actor, **validated)
 
 
-@documented(SkillSerializer, create={
+@documented(SkillSerializer, api_docs.SKILLS, create={
     400: ("AGP_INVALID_REQUEST, also when the endpoint_url is refused (SSRF) or, for mcp, when the MCP server "
           "cannot be reached or its tools cannot be listed and pinned (`details.fields.endpoint_url` says why)."),
     409: "AGP_CONFLICT: duplicate id, the agent is revoked, or the skill named by `supersedes` is no longer active."})
@@ -142,7 +142,8 @@ class SkillViewSet(RegistryViewSet):
         return services.skill_create(actor=actor, **validated)
 
 
-@documented(RevocationSerializer, create={409: "AGP_CONFLICT: duplicate id, or the target is already revoked."})
+@documented(RevocationSerializer, api_docs.REVOCATIONS,
+            create={409: "AGP_CONFLICT: duplicate id, or the target is already revoked."})
 class RevocationViewSet(RegistryViewSet):
     """Immediate, irreversible, cascading revocations (C9); creating one needs agp.revocation.write."""
 
@@ -157,7 +158,7 @@ class RevocationViewSet(RegistryViewSet):
         return services.revocation_create(actor=actor, **validated)
 
 
-@documented(FreezeSerializer, patch=FreezeLiftSerializer, patch_errors={409: (
+@documented(FreezeSerializer, api_docs.FREEZES, patch=FreezeLiftSerializer, patch_errors={409: (
     "AGP_INVALID_TRANSITION: only active -> lifted, once (`details.from`, `details.to`, `details.allowed`).")})
 class FreezeViewSet(RegistryViewSet):
     """Emergency stops of an agent, a root principal, a tool or everything (C13); lifting is forward only.

@@ -1,10 +1,16 @@
-"""Cross-cutting HTTP middleware: body size limit and security headers."""
+"""Cross-cutting HTTP middleware: request ids, metrics, body size limit and security headers."""
+
+import functools
+import re
+import time
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.urls import Resolver404, resolve
 
-from agp_project import errors
+from agp_project import errors, metrics
 from agp_project.http.errors import error_response
+from agp_project.request_context import HEADER, META_KEY, bind_request_id, request_id_for, unbind_request_id
 
 
 class BodySizeLimitMiddleware:
@@ -66,4 +72,70 @@ class SecurityHeadersMiddleware:
             response.setdefault("Cache-Control", "no-store")
             response.setdefault("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
             response.setdefault("X-Frame-Options", "DENY")
+        return response
+
+
+class RequestIdMiddleware:
+    """Every request has an id: the client's ``X-Request-ID`` when sane, else a new one.
+
+    It is bound for the request's log lines, carried into the work the request causes (the
+    outbox stores it with each task), and echoed in the response's ``X-Request-ID``.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        request_id = request_id_for(request.META.get(META_KEY))
+        token = bind_request_id(request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            unbind_request_id(token)
+        response[HEADER] = request_id
+        return response
+
+
+_ROUTE_GROUP = re.compile(r"\(\?P<(\w+)>[^)]*\)|<(?:\w+:)?(\w+)>")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+@functools.lru_cache(maxsize=512)
+def route_template(route: str) -> str:
+    """``agp/operations/(?P<operation_id>[...])$`` -> ``/agp/operations/{operation_id}``."""
+    return "/" + _ROUTE_GROUP.sub(lambda m: "{" + (m.group(1) or m.group(2)) + "}", route).replace("^", "").replace(
+        "$", "")
+
+
+def _route_of(request, status: int) -> str:
+    """The URL pattern that answered, as a template: a label with one value per route, never per id."""
+    match = getattr(request, "resolver_match", None)
+    if match is None:
+        # A middleware answered before the URL was resolved (a replayed Idempotency-Key, a
+        # body over the limit, a static file): resolve it here, off the usual path.
+        if request.path_info.startswith(settings.STATIC_URL):
+            return settings.STATIC_URL
+        if status == 404:
+            return "unmatched"
+        try:
+            match = resolve(request.path_info)
+        except Resolver404:
+            return "unmatched"
+    return route_template(match.route)
+
+
+class MetricsMiddleware:
+    """Counts every request by route, method and status, and observes its latency (``/metrics``)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        started = time.perf_counter()
+        response = self.get_response(request)
+        elapsed = time.perf_counter() - started
+        route = _route_of(request, response.status_code)
+        method = request.method if request.method in _METHODS else "other"
+        metrics.HTTP_REQUESTS.labels(route, method, str(response.status_code)).inc()
+        metrics.HTTP_LATENCY.labels(route, method).observe(elapsed)
         return response

@@ -1,59 +1,38 @@
-"""OpenAPI description of the shared HTTP conventions (CONTRACT C1, C2), for drf-spectacular.
+"""The OpenAPI document's shared parts, through drf-spectacular's public extension points.
 
-Nothing here runs at request time: ``AGPViewSet.list`` paginates and filters by itself.
-A viewset sets ``pagination_class = KeysetPaginationSchema`` and
-``filter_backends = [ExactFilterSchema]`` so that the schema shows what ``list`` really
-answers (``{"items": [...], "next_cursor"}``) and the query parameters it accepts;
-``ErrorEnvelopeSerializer`` describes every non-2xx body.
+- ``documented(serializer, docs)``: ``extend_schema_view`` for a resource viewset: each
+  operation's summary, its description for a user of the API, the request body's example,
+  the request and response bodies and the error statuses the view itself answers.
+- ``shared_responses`` (a postprocessing hook, ``SPECTACULAR_SETTINGS``): the error statuses the
+  shared machinery may answer on every operation (authentication, scopes, strict parsing,
+  size limit, Idempotency-Key, outages), in the error envelope, where a view did not
+  describe them itself; and the ``Idempotency-Key`` header of every write.
+- ``response_patterns`` (a postprocessing hook): a pattern on a writable field limits what a
+  client may send; records the server writes itself need not match it in responses. Ids
+  always do, so only the id pattern is kept in response schemas.
+
+Pagination and filters come from ``AGPViewSet`` (``KeysetPaginationSchema``, ``ExactFilterSchema``).
 """
 
-from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.plumbing import force_instance
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers
-from rest_framework.filters import BaseFilterBackend
-from rest_framework.pagination import BasePagination
 
-from .viewsets import DEFAULT_LIMIT, MAX_LIMIT
+from agp_project.ids import ID_PATTERN
 
+from .viewsets import DEFAULT_LIMIT, MAX_LIMIT, ExactFilterSchema, KeysetPaginationSchema
 
-class KeysetPaginationSchema(BasePagination):
-    """Schema of the keyset pagination ``AGPViewSet.list`` implements."""
-
-    def get_paginated_response_schema(self, schema):
-        return {
-            "type": "object",
-            "required": ["items", "next_cursor"],
-            "properties": {
-                "items": schema,
-                "next_cursor": {"type": ["string", "null"],
-                                "description": "Pass as `cursor` for the next page; null on the last page."},
-            },
-        }
-
-    def get_schema_operation_parameters(self, view):
-        return [
-            {"name": "limit", "in": "query", "required": False,
-             "description": f"Page size, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT}).",
-             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
-            {"name": "cursor", "in": "query", "required": False,
-             "description": "The `next_cursor` of the previous page.", "schema": {"type": "string"}},
-        ]
-
-
-class ExactFilterSchema(BaseFilterBackend):
-    """Schema of the exact-match filters named in the view's ``filter_fields``."""
-
-    def filter_queryset(self, request, queryset, view):
-        return queryset
-
-    def get_schema_operation_parameters(self, view):
-        return [{"name": name, "in": "query", "required": False, "description": f"Exact match on `{name}`.",
-                 "schema": {"type": "string"}} for name in getattr(view, "filter_fields", {})]
+__all__ = ["DUPLICATE", "ErrorEnvelopeSerializer", "ErrorObjectSerializer", "ExactFilterSchema",
+           "KeysetPaginationSchema", "NOT_FOUND", "ResourceDocs", "documented", "error_responses", "example",
+           "response_patterns", "shared_responses"]
 
 
 class ErrorObjectSerializer(serializers.Serializer):
-    """The C2 error object (``details.fields`` for 400, ``details.failed_checks`` for 422, ...)."""
+    """The error object: a stable ``code``, a readable ``message``, whether a retry may succeed, and
+    ``details`` (``fields`` for an invalid request, ``failed_checks`` for a refused action, ...)."""
 
     code = serializers.CharField()
     message = serializers.CharField()
@@ -62,13 +41,14 @@ class ErrorObjectSerializer(serializers.Serializer):
 
 
 class ErrorEnvelopeSerializer(serializers.Serializer):
-    """Every non-2xx body: ``{"error": {...}}``."""
+    """Every error answer of the API: ``{"error": {...}}``."""
 
     error = ErrorObjectSerializer()
 
 
-# What the shared machinery may answer on any operation, whatever the view documents
-# (middleware, authentication, scope check, strict parsing, idempotency, outages).
+ERROR_ENVELOPE_REF = "#/components/schemas/ErrorEnvelope"
+
+# What the shared machinery may answer on any operation, whatever the view documents.
 SHARED_ERRORS = {
     "400": "AGP_INVALID_REQUEST: malformed body or query, unknown or read-only field (`details.fields`).",
     "401": "AGP_UNAUTHENTICATED: missing, expired or invalid bearer token.",
@@ -80,11 +60,15 @@ WRITE_ERRORS = {
     "409": "AGP_CONFLICT: the id already exists, or a request with this Idempotency-Key is in flight.",
     "413": "AGP_PAYLOAD_TOO_LARGE: the body is over the size limit.",
     "415": "AGP_UNSUPPORTED_MEDIA_TYPE: the body is not a JSON object.",
+    "422": "AGP_IDEMPOTENCY_KEY_MISMATCH: this Idempotency-Key was used with another request.",
+}
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string", "maxLength": 255},
+    "description": "Any 1-255 printable ASCII characters chosen by you, the same on every retry of this request: "
+                   "the first request is processed and its answer stored for a day; a retry gets that answer "
+                   "again (header `Idempotent-Replayed: true`) and nothing is done twice.",
 }
 
-
-# What a resource viewset documents on every operation (``documented`` below); a view adds
-# its own statuses (409, 422, ...) and the shared machinery the rest (``AGPAutoSchema``).
 COMMON_ERRORS = {
     400: "AGP_INVALID_REQUEST: malformed body, unknown or read-only field, bad enum, or a reference to a "
          "record that does not exist (`details.fields`).",
@@ -95,6 +79,12 @@ COMMON_ERRORS = {
 NOT_FOUND = "AGP_NOT_FOUND: no such id."
 DUPLICATE = "AGP_CONFLICT: the id already exists."
 
+PAGING = (f"Newest first, {DEFAULT_LIMIT} to a page (`limit` up to {MAX_LIMIT}); while `next_cursor` is not "
+          "null, pass it as `cursor` for the next page. Every other query parameter filters by exact match; an "
+          "unknown one is a 400.")
+CREATE_NOTE = ("Send your own id, or leave it out and the server makes one; the answer is 201 with the record and "
+               "its `Location`. Send an `Idempotency-Key` to make retries safe.")
+
 
 def error_responses(extra: dict[int, str] | None = None) -> dict[int, OpenApiResponse]:
     """``COMMON_ERRORS`` plus ``extra`` (status -> description), each with the error envelope."""
@@ -103,74 +93,112 @@ def error_responses(extra: dict[int, str] | None = None) -> dict[int, OpenApiRes
             for code, text in sorted(described.items())}
 
 
-def documented(serializer, *, create: dict[int, str] | None = None, patch=None,
+def example(value: dict[str, Any], name: str = "Example", summary: str = "") -> list[OpenApiExample]:
+    """A request body example (validated against the request schema by tests/platform/test_openapi_docs.py)."""
+    return [OpenApiExample(name, value=value, summary=summary or name, request_only=True)]
+
+
+@dataclass(frozen=True)
+class ResourceDocs:
+    """What a user of the API reads about one collection.
+
+    ``about``: what the resource is, for the list and read operations; ``create``: what a
+    POST does and decides, with ``create_example``; ``patch`` (with its summary and example)
+    for resources that change state.
+    """
+
+    singular: str
+    plural: str
+    about: str
+    create_summary: str
+    create: str
+    create_example: dict[str, Any]
+    patch_summary: str = ""
+    patch: str = ""
+    patch_example: dict[str, Any] = field(default_factory=dict)
+
+    def article(self) -> str:
+        return "an" if self.singular[0] in "aeiou" else "a"
+
+
+def read_views(serializer, docs: ResourceDocs) -> dict[str, Any]:
+    """The list and retrieve operations' ``extend_schema`` of a collection."""
+    return {
+        "list": extend_schema(summary=f"List {docs.plural}", description=f"{docs.about}\n\n{PAGING}",
+                              responses={200: serializer, **error_responses()}),
+        "retrieve": extend_schema(summary=f"Get {docs.article()} {docs.singular}",
+                                  description=f"{docs.about}\n\nOne {docs.singular} by its id; 404 when there is "
+                                              f"none.",
+                                  responses={200: serializer, **error_responses({404: NOT_FOUND})}),
+    }
+
+
+def documented(serializer, docs: ResourceDocs, *, create: dict[int, str] | None = None, patch=None,
                patch_errors: dict[int, str] | None = None):
     """``extend_schema_view`` for a list/retrieve/create (and optionally PATCH) resource viewset:
-    request and response bodies and every error status. ``create`` and ``patch_errors`` add or
-    override statuses (a create's 409 defaults to ``DUPLICATE``)."""
-    views = {
-        "list": extend_schema(responses={200: serializer, **error_responses()}),
-        "retrieve": extend_schema(responses={200: serializer, **error_responses({404: NOT_FOUND})}),
-        "create": extend_schema(request=serializer, responses={
-            201: serializer, **error_responses({409: DUPLICATE, **(create or {})})}),
-    }
+    summaries, descriptions, the request example, request and response bodies and every error
+    status. ``create`` and ``patch_errors`` add or override statuses (a create's 409 defaults to
+    ``DUPLICATE``)."""
+    views = read_views(serializer, docs)
+    views["create"] = extend_schema(
+        summary=docs.create_summary, description=f"{docs.create}\n\n{CREATE_NOTE}", request=serializer,
+        examples=example(docs.create_example),
+        responses={201: serializer, **error_responses({409: DUPLICATE, **(create or {})})})
     if patch is not None:
-        views["partial_update"] = extend_schema(request=patch, responses={
-            200: serializer, **error_responses({404: NOT_FOUND, **(patch_errors or {})})})
+        views["partial_update"] = extend_schema(
+            summary=docs.patch_summary, description=docs.patch, request=patch, examples=example(docs.patch_example),
+            responses={200: serializer, **error_responses({404: NOT_FOUND, **(patch_errors or {})})})
     return extend_schema_view(**views)
 
 
-class AGPAutoSchema(AutoSchema):
-    """drf-spectacular's AutoSchema with the conventions every AGP view shares.
+# --- Postprocessing hooks (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]) -------------------
 
-    - An ``AGPViewSet`` list is keyset-paginated and filtered (``{"items", "next_cursor"}``)
-      even when the view did not set the schema-only pagination and filter classes above.
-    - Every operation documents the error statuses the shared machinery can answer (the
-      envelope of ``ErrorEnvelopeSerializer``); a view's own description of a status wins.
-    """
+def _error_response(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": ERROR_ENVELOPE_REF}}}}
 
-    def _is_agp_list(self) -> bool:
-        from .viewsets import AGPViewSet
 
-        return isinstance(self.view, AGPViewSet) and getattr(self.view, "action", None) == "list"
+def shared_responses(result, generator, request, public):
+    """Every ``/agp/`` operation: the shared error statuses it does not describe itself; every write:
+    the ``Idempotency-Key`` header."""
+    for path, item in result.get("paths", {}).items():
+        if not path.startswith("/agp/"):
+            continue
+        for method, operation in item.items():
+            if method not in ("get", "post", "patch", "put", "delete"):
+                continue
+            shared = dict(SHARED_ERRORS)
+            if "{" in path:
+                shared.update(PATH_ERRORS)
+            if method in ("post", "patch", "put"):
+                shared.update(WRITE_ERRORS)
+                parameters = operation.setdefault("parameters", [])
+                if not any(p.get("name") == IDEMPOTENCY_KEY["name"] for p in parameters):
+                    parameters.append(dict(IDEMPOTENCY_KEY))
+            responses = operation.setdefault("responses", {})
+            for code, text in shared.items():
+                responses.setdefault(code, _error_response(text))
+            operation["responses"] = dict(sorted(responses.items()))
+    return result
 
-    def _get_paginator(self):
-        paginator = super()._get_paginator()
-        if paginator is None and self._is_agp_list():
-            return KeysetPaginationSchema()
-        return paginator
 
-    def get_filter_backends(self):
-        backends = super().get_filter_backends()
-        if not backends and self._is_agp_list():
-            return [ExactFilterSchema]
-        return backends
+def response_patterns(result, generator, request, public):
+    """Response schemas keep a ``pattern`` only on id fields (see the module docstring)."""
+    for name, schema in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request"):
+            continue
+        for prop in schema.get("properties", {}).values():
+            if "pattern" in prop and prop["pattern"] != ID_PATTERN.pattern:
+                del prop["pattern"]
+    return result
 
-    def _map_basic_serializer(self, serializer, direction):
-        schema = super()._map_basic_serializer(serializer, direction)
-        if direction != "response":
-            return schema
-        # A pattern on a writable field limits what a client may send; records the server
-        # writes itself (its own ledger events, say) need not match it. Ids always do.
-        from .serializers import IdField
 
-        properties = schema.get("properties", {})
-        for name, field in force_instance(serializer).fields.items():
-            if isinstance(field, serializers.RegexField) and not isinstance(field, IdField) and name in properties:
-                properties[name].pop("pattern", None)
-        return schema
+def plain_component_descriptions(result, generator, request, public):
+    """A component without a description of its own inherits its base serializer's docstring, which
+    describes our code, not the API: such descriptions are dropped."""
+    from .serializers import StrictSerializer
 
-    def _get_response_bodies(self, direction="response"):
-        responses = super()._get_response_bodies(direction)
-        if direction != "response":
-            return responses
-        shared = dict(SHARED_ERRORS)
-        if "{" in self.path:
-            shared.update(PATH_ERRORS)
-        if self.method in ("POST", "PATCH", "PUT"):
-            shared.update(WRITE_ERRORS)
-        for code, text in sorted(shared.items()):
-            if code not in responses:
-                responses[code] = self._get_response_for_code(
-                    OpenApiResponse(ErrorEnvelopeSerializer, description=text), code, direction=direction)
-        return responses
+    boilerplate = inspect.getdoc(StrictSerializer)
+    for schema in result.get("components", {}).get("schemas", {}).values():
+        if schema.get("description") == boilerplate:
+            del schema["description"]
+    return result

@@ -66,7 +66,9 @@ class MoneySerializer(StrictSerializer):
 
 
 class SignatureSerializer(serializers.Serializer):
-    """The C9 Signature object, rendered read-only; one component for every app's schema."""
+    """The server's Ed25519 signature of the record: ``payload_hash`` is the SHA-256 of the record
+    without its signature in canonical JSON (RFC 8785), ``value`` the signature of that hash by
+    the key ``kid`` of ``/.well-known/jwks.json``."""
 
     alg = serializers.CharField()
     kid = serializers.CharField()

@@ -6,6 +6,8 @@ import binascii
 from django.conf import settings
 from django.db.models import Model
 from rest_framework import status, viewsets
+from rest_framework.filters import BaseFilterBackend
+from rest_framework.pagination import BasePagination
 from rest_framework.response import Response
 
 from agp_project import errors
@@ -57,6 +59,39 @@ def absolute_url(request, path: str) -> str:
 def operation_path(operation_id: str) -> str:
     """Where an asynchronous Operation is read, whichever app runs it (envelopes, backtests)."""
     return f"/agp/operations/{operation_id}"
+class KeysetPaginationSchema(BasePagination):
+    """What ``AGPViewSet.list`` answers and accepts, for the OpenAPI document (it paginates itself)."""
+
+    def get_paginated_response_schema(self, schema):
+        return {
+            "type": "object",
+            "required": ["items", "next_cursor"],
+            "properties": {
+                "items": schema,
+                "next_cursor": {"type": ["string", "null"],
+                                "description": "Pass as `cursor` for the next page; null on the last page."},
+            },
+        }
+
+    def get_schema_operation_parameters(self, view):
+        return [
+            {"name": "limit", "in": "query", "required": False,
+             "description": f"Page size, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT}).",
+             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
+            {"name": "cursor", "in": "query", "required": False,
+             "description": "The `next_cursor` of the previous page.", "schema": {"type": "string"}},
+        ]
+
+
+class ExactFilterSchema(BaseFilterBackend):
+    """The exact-match filters named in the view's ``filter_fields``, for the OpenAPI document."""
+
+    def filter_queryset(self, request, queryset, view):
+        return queryset
+
+    def get_schema_operation_parameters(self, view):
+        return [{"name": name, "in": "query", "required": False, "description": f"Exact match on `{name}`.",
+                 "schema": {"type": "string"}} for name in getattr(view, "filter_fields", {})]
 
 
 class AGPViewSet(viewsets.GenericViewSet):
@@ -73,6 +108,9 @@ class AGPViewSet(viewsets.GenericViewSet):
     filter_fields: dict[str, str] = {}
     scope_group: str = ""
     lookup_value_regex = r"[A-Za-z0-9._:-]{1,128}"
+    # Read by the OpenAPI generator only: ``list`` below pages and filters by itself.
+    pagination_class = KeysetPaginationSchema
+    filter_backends = [ExactFilterSchema]
 
     # --- helpers ------------------------------------------------------------------------
     @property

@@ -42,6 +42,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: every answer, whichever middleware gives it, has a request id and is counted.
+    "agp_project.http.middleware.RequestIdMiddleware",
+    "agp_project.http.middleware.MetricsMiddleware",
     "agp_project.http.middleware.SecurityHeadersMiddleware",
     "agp_project.http.middleware.BodySizeLimitMiddleware",
     "agp_project.http.middleware.NulQueryMiddleware",
@@ -234,7 +237,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["auth_tokens.permissions.HasGroupScope"],
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "agp_project.http.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "agp_project.http.schema.AGPAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "COERCE_DECIMAL_TO_STRING": False,
     "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
@@ -242,14 +245,24 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "AGP — Agent Governance Service",
-    "DESCRIPTION": "Delegations, policy sets, decisions and fail-closed action execution for autonomous agents.",
+    "DESCRIPTION": (
+        "AGP governs autonomous software agents: who delegated what authority to which agent, which policies "
+        "are in force, which decisions, approvals and assessments stand behind an action. It executes an agent's "
+        "action only when every one of those checks passes, and records everything in a hash-chained ledger.\n\n"
+        "**Authentication.** When the server has authentication on, every operation needs "
+        "`Authorization: Bearer <token>`; get a token from `POST /oauth/token` with your client id and secret. "
+        "Each operation lists the scopes of which the token needs one.\n\n"
+        "**Requests.** JSON in, JSON out. Unknown fields are refused (400), never ignored. Leave an id out and the "
+        "server makes one. Send an `Idempotency-Key` with a POST or PATCH and retry it safely.\n\n"
+        "**Errors.** Every error has the body `{\"error\": {\"code\", \"message\", \"retryable\", "
+        "\"details\"}}`; `code` is stable (`AGP_INVALID_REQUEST`, `AGP_PREREQUISITE_FAILED`, ...) and "
+        "`retryable` says whether the same request may succeed later.\n\n"
+        "**Lists** are newest first and paged with `limit` and `cursor`; query parameters filter by exact match."),
     "VERSION": "0.1.0",
     "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/agp",
-    # /agp/docs serves Redoc's script itself: no CDN, no network needed.
-    "REDOC_DIST": "SIDECAR",
     # One name per choice set shared by several fields, where the field names alone would
     # collide ("status") or differ ("primary"/"secondary"); without them the generator warns
     # on every first /agp/openapi.json and names enums by hash.
@@ -263,15 +276,44 @@ SPECTACULAR_SETTINGS = {
         "EthicalFrameworkEnum": "decision.choices.EthicalFramework.choices",
         "SeverityEnum": "decision.choices.Severity.choices",  # severity and magnitude
     },
+    # The document's shared parts (agp_project/http/schema.py) and the token endpoint
+    # (auth_tokens/schema.py), added by drf-spectacular's public postprocessing hooks.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agp_project.http.schema.shared_responses",
+        "agp_project.http.schema.response_patterns",
+        "agp_project.http.schema.plain_component_descriptions",
+        "auth_tokens.schema.token_endpoint",
+    ],
+    # /agp/docs serves Swagger UI's files from the installed sidecar package: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "persistAuthorization": False, "displayRequestDuration": True,
+                            "docExpansion": "list", "defaultModelsExpandDepth": 0},
 }
+
+# --- Operating it (CONTRACT C17; docs/operations.md) -----------------------------------
+# Set: GET /metrics answers only "Authorization: Bearer <this>".
+AGP_METRICS_TOKEN = env_str("AGP_METRICS_TOKEN")
+# host:port: the Celery worker serves its own GET /metrics there (for a worker on another machine).
+AGP_WORKER_METRICS_BIND = env_str("AGP_WORKER_METRICS_BIND")
+if AGP_WORKER_METRICS_BIND and not AGP_WORKER_METRICS_BIND.rpartition(":")[2].isdigit():
+    raise ImproperlyConfigured(f"AGP_WORKER_METRICS_BIND must be host:port, got {AGP_WORKER_METRICS_BIND!r}")
+# "plain" (a line of text) or "json" (one object a line, with the request id).
+AGP_LOG_FORMAT = env_str("AGP_LOG_FORMAT", "plain")
+if AGP_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"AGP_LOG_FORMAT must be plain or json, got {AGP_LOG_FORMAT!r}")
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    # Beat's sweeps that found nothing log nothing at INFO (agp_project/logfilters.py).
-    "filters": {"quiet_idle_sweeps": {"()": "agp_project.logfilters.QuietIdleSweeps"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+                   "json": {"()": "agp_project.logformat.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGP_LOG_FORMAT,
+                             "filters": ["request_id"]}},
+    "filters": {"request_id": {"()": "agp_project.logformat.RequestIdFilter"},
+                # Beat's sweeps that found nothing log nothing at INFO (agp_project/logfilters.py).
+                "quiet_idle_sweeps": {"()": "agp_project.logfilters.QuietIdleSweeps"}},
     "root": {"handlers": ["console"], "level": env_str("AGP_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.request": {"level": "ERROR"},

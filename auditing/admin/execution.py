@@ -75,8 +75,9 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     search_fields = ("action_id", "task_id", "agent_id", "=decision_ref", "tool_id")
     date_hierarchy = "accepted_at"
     ordering = ("-accepted_at",)
-    linked_fields = ("evidence_download", "operation_record", "receipt_record", "decision_record",
-                     "policy_evaluation_record", "approvals_record", "payment_record", "governance_links")
+    linked_fields = ("timeline_link", "evidence_download", "operation_record", "receipt_record",
+                     "decision_record", "policy_evaluation_record", "approvals_record", "payment_record",
+                     "governance_links")
     exclude = ("parameters", "checks", "inputs")
     readonly_fields = ("parameters_pretty", "checks_record", "inputs_pretty")
 
@@ -100,6 +101,11 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     @admin.display(description="task", ordering="task_id")
     def task(self, obj):
         return id_link(Task, "task_id", obj.task_id)
+
+    @admin.display(description="timeline")
+    def timeline_link(self, obj):
+        return format_html('<a href="{}">Everything about this action on one page, in time order, with each '
+                           'record\'s signature checked</a>', reverse("audit:timeline", args=[obj.action_id]))
 
     def get_urls(self):
         evidence = path("<path:object_id>/evidence/", self.admin_site.admin_view(self.evidence_view),

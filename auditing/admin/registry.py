@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.db.models import Count, Q, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from core.admin_base import (
@@ -78,13 +79,18 @@ class DelegationAdmin(ReadOnlyModelAdmin):
     search_fields = ("delegation_id", "root_principal", "delegator_agent", "delegate_agent")
     date_hierarchy = "accepted_at"
     ordering = ("-accepted_at",)
-    linked_fields = ("chain_to_root", "delegated_further", "capabilities_granted")
+    linked_fields = ("tree_link", "chain_to_root", "delegated_further", "capabilities_granted")
     exclude = ("signature_chain",)
     readonly_fields = ("signature_chain_pretty",)
 
     @admin.display(description="scope")
     def scope(self, obj):
         return ", ".join(obj.authority_scope or [])
+
+    @admin.display(description="tree")
+    def tree_link(self, obj):
+        return format_html('<a href="{}">The whole delegation tree of {}, drawn</a>',
+                           reverse("audit:delegation-tree", args=[obj.delegation_id]), obj.root_principal)
 
     def _ancestors(self, obj) -> list[Delegation]:
         """Root first, this link last: one query over the materialised path."""

@@ -2,7 +2,9 @@
 
 Debian's chromium and chromedriver (scripts/install-browser) driven by Selenium, against
 pytest-django's live server. Nothing is downloaded: both binaries are named explicitly and
-Selenium Manager is told to stay offline. Screenshots go to test-artifacts/ (gitignored).
+Selenium Manager is told to stay offline. Screenshots go to ``AGP_TEST_ARTIFACTS`` (default
+test-artifacts/, gitignored): CI keeps them as build artefacts, and docs/operations.md shows
+the auditor's pages from them.
 """
 
 import os
@@ -24,7 +26,7 @@ from .world import make_admin_world
 
 CHROMIUM = os.environ.get("AGP_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("AGP_CHROMEDRIVER", "/usr/bin/chromedriver")
-ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
+ARTIFACTS = Path(os.environ.get("AGP_TEST_ARTIFACTS") or Path(settings.BASE_DIR) / "test-artifacts")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--window-size=1600,1400")
@@ -51,7 +53,7 @@ def browser(tmp_path, monkeypatch):
 
 
 def screenshot(driver, name: str) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
     assert driver.save_screenshot(str(path)), f"could not save {path}"
     return path
@@ -108,4 +110,72 @@ def test_it_lets_an_auditor_verify_the_ledger_and_read_an_envelope_without_any_w
     delegation_png = screenshot(browser, "admin-delegation-chain.png")
 
     for png in (ledger_png, envelope_png, event_png, delegation_png):
+        assert png.stat().st_size > 10_000
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_it_shows_an_auditor_the_dashboard_an_actions_timeline_and_a_delegation_tree(browser, live_server):
+    from rest_framework.test import APIClient
+
+    from core.services import checkpoint_create
+
+    from .audit_world import make_audited_action
+
+    api = APIClient()
+    audited = make_audited_action(api, root_principal="acme-corp", agent_id="billing-agent", tool_id="payments",
+                                  operation="refund")
+    world = audited.world
+    # More traffic for today's bar: validations and refusals of several kinds.
+    for _ in range(3):
+        assert api.post("/agp/action-envelopes", world.envelope_request(), format="json").status_code == 200
+    for refused in ({"policy_decision_ref": "pev_unknown"}, {"decision_ref": "dec_unknown"}):
+        assert api.post("/agp/action-envelopes", world.envelope_request(**refused), format="json").status_code == 422
+    checkpoint = checkpoint_create()  # as the worker signs one every few seconds
+    auditor_create(username="browser-auditor-2", password=PASSWORD)
+    wait = WebDriverWait(browser, 15)
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/")
+    browser.find_element(By.NAME, "username").send_keys("browser-auditor-2")
+    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait.until(expected_conditions.presence_of_element_located((By.ID, "auditor-views")))
+
+    browser.find_element(By.LINK_TEXT, "Dashboard").click()
+    integrity = wait.until(expected_conditions.presence_of_element_located((By.ID, "ledger-integrity"))).text
+    assert f"Verified: all {LedgerEvent.objects.count()} events chain correctly" in integrity
+    assert f"Newest signed checkpoint: {checkpoint.tree_size} events" in integrity
+    assert "Verified up to it" in integrity
+    bars = browser.find_elements(By.CSS_SELECTOR, "#envelopes-per-day svg rect.bar")
+    today = {bar.get_attribute("class").split("bar-")[1]: int(bar.get_attribute("data-count")) for bar in bars}
+    assert today == {"executed": 1, "rejected": 3, "validated": 3}
+    refusals = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#refusing-checks tbody tr")]
+    assert {"capability submission 1", "policy_evaluation submission 1", "decision submission 1"} <= set(refusals)
+    assert "succeeded 1" in browser.find_element(By.ID, "operations-by-status").text
+    dashboard_png = screenshot(browser, "auditor-dashboard.png")
+
+    browser.get(f"{live_server.url}{change_url(audited.envelope)}")
+    browser.find_element(By.PARTIAL_LINK_TEXT, "Everything about this action").click()
+    rows = wait.until(expected_conditions.presence_of_all_elements_located(
+        (By.CSS_SELECTOR, "#timeline tbody tr.timeline-entry")))
+    kinds = [row.get_attribute("data-kind") for row in rows]
+    assert kinds[0] == "task" and kinds[-1] == "callback"
+    for kind in ("policy evaluation", "decision", "impact assessment", "approval", "action envelope", "operation",
+                 "payment", "receipt"):
+        assert kind in kinds
+    signed = {row.get_attribute("data-kind"): row.find_elements(By.TAG_NAME, "td")[4].text for row in rows}
+    for kind in ("impact assessment", "approval", "action envelope", "receipt"):
+        assert signed[kind] == "✓ signature verified", (kind, signed[kind])
+    assert signed["operation"] == "not signed"
+    timeline_png = screenshot(browser, "auditor-timeline.png")
+
+    browser.get(f"{live_server.url}{change_url(world.delegation)}")
+    browser.find_element(By.PARTIAL_LINK_TEXT, "The whole delegation tree").click()
+    links = wait.until(expected_conditions.presence_of_all_elements_located((By.CSS_SELECTOR, "svg.agp-tree a.link")))
+    assert len(links) == 4
+    revoked = browser.find_elements(By.CSS_SELECTOR, "svg.agp-tree a.revoked")
+    assert [link.get_attribute("data-delegation") for link in revoked] == [audited.revoked.delegation_id]
+    tree_text = browser.find_element(By.CSS_SELECTOR, "svg.agp-tree").text
+    assert "REVOKED" in tree_text and "spend ≤ 500 USD · hops left 2" in tree_text
+    tree_png = screenshot(browser, "auditor-delegation-tree.png")
+
+    for png in (dashboard_png, timeline_png, tree_png):
         assert png.stat().st_size > 10_000

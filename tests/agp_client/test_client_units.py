@@ -6,10 +6,13 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
-from hypothesis import given, settings as hypothesis_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import agp_client
-from agp_client import AGPClient, errors as client_errors
+from agp_client import AGPClient
+from agp_client import errors as client_errors
 from agp_client.signatures import payload_hash, verify_signature
 from agp_client.transport import RetryPolicy, parse_retry_after
 from agp_project import errors as server_errors

@@ -21,7 +21,7 @@ from auth_tokens.scopes import ALL_SCOPES
 from core.models import LedgerEvent
 
 from .helpers import assert_insufficient_scope, assert_unauthenticated
-from .routes import Operation, fill_route, discover
+from .routes import Operation, discover, fill_route
 
 pytestmark = pytest.mark.django_db
 

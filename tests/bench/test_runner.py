@@ -6,8 +6,8 @@ import pytest
 import redis
 
 from bench.__main__ import combined
-from bench.stack import ensure_port_free, flush_redis
 from bench.load import percentiles
+from bench.stack import ensure_port_free, flush_redis
 from tests.redis_server import RedisServer
 
 

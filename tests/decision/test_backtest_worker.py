@@ -16,8 +16,7 @@ from agp_project.canonical import content_hash
 from core.models import LedgerEvent
 from decision.models import Backtest, PolicyEvaluation
 from tests.execution.factories import RULESET, make_policy_set, make_world
-from tests.execution.worker import (  # noqa: F401
-    ledger_event_types, module_worker, test_broker, wait_for, worker_db)
+from tests.execution.worker import ledger_event_types, module_worker, test_broker, wait_for, worker_db  # noqa: F401
 
 pytestmark = pytest.mark.postgres
 

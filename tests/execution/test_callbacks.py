@@ -21,7 +21,13 @@ from execution.runner import operation_execute
 from tests.execution.factories import make_world
 from tests.execution.receiver import receiver  # noqa: F401
 from tests.execution.worker import (  # noqa: F401
-    ledger_event_types, module_worker, poll_until_ended, submit_async, test_broker, wait_for, worker_db,
+    ledger_event_types,
+    module_worker,
+    poll_until_ended,
+    submit_async,
+    test_broker,
+    wait_for,
+    worker_db,
 )
 
 SECRET = "callback-secret-for-tests"

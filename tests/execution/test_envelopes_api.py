@@ -7,11 +7,11 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from agp_project.canonical import content_hash
+from agp_project.http.prefer import parse_prefer
 from agp_project.signing import verify_resource
 from core.models import LedgerEvent, OutboxMessage
 from decision.models import CommerceSession
 from execution.models import ActionEnvelope, Operation, Payment
-from agp_project.http.prefer import parse_prefer
 from registry.models import Task
 from tests.execution.factories import make_full_world, make_world
 

@@ -16,7 +16,13 @@ from execution.models import Operation
 from registry.models import Skill
 from tests.execution.factories import make_world
 from tests.execution.worker import (  # noqa: F401
-    ledger_event_types, module_worker, poll_until_ended, submit_async, test_broker, worker_db)
+    ledger_event_types,
+    module_worker,
+    poll_until_ended,
+    submit_async,
+    test_broker,
+    worker_db,
+)
 from tests.mcp_server import CHANGED_DESCRIPTION, mcp_servers  # noqa: F401
 
 pytestmark = pytest.mark.postgres

@@ -14,7 +14,14 @@ from decision.models import CommerceSession
 from execution.models import ActionEnvelope, Operation, Payment, Receipt
 from tests.execution.factories import make_world
 from tests.execution.worker import (  # noqa: F401
-    ledger_event_types, module_worker, poll_until_ended, submit_async, test_broker, wait_for, worker_db)
+    ledger_event_types,
+    module_worker,
+    poll_until_ended,
+    submit_async,
+    test_broker,
+    wait_for,
+    worker_db,
+)
 
 pytestmark = pytest.mark.postgres
 

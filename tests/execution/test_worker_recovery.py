@@ -13,7 +13,14 @@ from decision.models import CommerceSession
 from execution.models import ActionEnvelope, Operation, Payment, Receipt
 from tests.execution.factories import make_world
 from tests.execution.worker import (  # noqa: F401
-    ledger_event_types, poll_until_ended, submit_async, test_broker, wait_for, worker_db, worker_factory)
+    ledger_event_types,
+    poll_until_ended,
+    submit_async,
+    test_broker,
+    wait_for,
+    worker_db,
+    worker_factory,
+)
 
 pytestmark = pytest.mark.postgres
 

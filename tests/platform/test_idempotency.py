@@ -13,9 +13,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.models import IdempotencyRecord, LedgerEvent
-from execution.models import Operation
 from core.services import idempotency_record_purge_expired
 from core.tasks import purge_expired_idempotency_records
+from execution.models import Operation
 from tests.platform import urls as test_urls
 from tests.platform.conftest import assert_envelope, test_database_url
 

@@ -11,7 +11,9 @@ from django.core.management.base import CommandError
 from django.db import connection, transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
-from hypothesis import given, settings as hypothesis_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from agp_project.canonical import content_hash
 from core.ledger import (

@@ -11,7 +11,8 @@ from django.urls import path
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agp_project.urls import handler400, handler403, handler404, handler500, urlpatterns as service_urlpatterns
+from agp_project.urls import handler400, handler403, handler404, handler500
+from agp_project.urls import urlpatterns as service_urlpatterns
 from core.ledger import ledger_append_client_event
 
 __all__ = ["handler400", "handler403", "handler404", "handler500", "urlpatterns"]

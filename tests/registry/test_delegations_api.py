@@ -9,8 +9,8 @@ from django.utils import timezone
 from agp_project.canonical import content_hash
 from agp_project.signing import get_signer, verify_resource
 from core.models import LedgerEvent
-from registry.models import Delegation
 from registry.documents import delegation_link_payload
+from registry.models import Delegation
 from tests.registry import factories as f
 
 pytestmark = pytest.mark.django_db

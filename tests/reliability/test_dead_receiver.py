@@ -13,8 +13,7 @@ import pytest
 
 from execution.models import CallbackAttempt, Operation
 from tests.execution.factories import make_world
-from tests.execution.worker import (  # noqa: F401
-    module_worker, poll_until_ended, submit_async, test_broker, wait_for, worker_db)
+from tests.execution.worker import module_worker, poll_until_ended, submit_async, test_broker, wait_for, worker_db  # noqa: F401
 
 pytestmark = pytest.mark.postgres
 

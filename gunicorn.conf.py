@@ -1,0 +1,38 @@
+"""gunicorn's settings for AGP (gunicorn reads ./gunicorn.conf.py; scripts/serve names it too).
+
+- Metrics: with ``PROMETHEUS_MULTIPROC_DIR`` set, each worker process writes its counters to
+  files in that directory and ``/metrics`` adds them up. A worker that exits is marked dead,
+  so its live gauges leave the sums (its counters stay). Emptying the directory before the
+  server starts is the starter's job (scripts/serve does it before starting gunicorn and the
+  Celery worker, which share it): gunicorn alone cannot know whether a worker still writes there.
+- Logs: with ``AGP_LOG_FORMAT=json``, gunicorn's own lines (start, workers, access log) are
+  JSON objects like the application's, the access line with the request's ``X-Request-ID``.
+"""
+
+import os
+
+from prometheus_client import multiprocess
+
+
+def child_exit(server, worker):
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(worker.pid)
+
+
+if os.environ.get("AGP_LOG_FORMAT") == "json":
+    # The request line, status, bytes and duration (ms), and the id the response echoed.
+    access_log_format = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms %({x-request-id}o)s'
+    logconfig_dict = {
+        "formatters": {"json": {"()": "agp_project.logformat.JsonFormatter"}},
+        "filters": {"request_id": {"()": "agp_project.logformat.RequestIdFilter"}},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["request_id"],
+                        "stream": "ext://sys.stdout"},
+            "error_console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["request_id"],
+                              "stream": "ext://sys.stderr"},
+        },
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False},
+        },
+    }
