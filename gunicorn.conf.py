@@ -1,5 +1,11 @@
-"""gunicorn's settings for AGP (gunicorn reads ./gunicorn.conf.py; scripts/serve names it too).
+"""gunicorn's settings for AGP (gunicorn reads ./gunicorn.conf.py; scripts/serve and the image name it too).
 
+- Request limits: gunicorn refuses what breaks them before Django sees the request, with
+  its own plain HTML page and ``Connection: close`` (not the JSON error envelope): a request
+  line longer than ``limit_request_line`` bytes is a 414; more than ``limit_request_fields``
+  header fields, or one longer than ``limit_request_field_size`` bytes, a 431; a request line
+  or header it cannot parse, a 400. Every request the API defines fits far inside them, so
+  only malformed or hostile requests meet these answers (docs/decisions/hostile-input.md).
 - Metrics: with ``PROMETHEUS_MULTIPROC_DIR`` set, each worker process writes its counters to
   files in that directory and ``/metrics`` adds them up. A worker that exits is marked dead,
   so its live gauges leave the sums (its counters stay). Emptying the directory before the
@@ -12,6 +18,10 @@
 import os
 
 from prometheus_client import multiprocess
+
+limit_request_line = 4094
+limit_request_fields = 100
+limit_request_field_size = 8190
 
 
 def child_exit(server, worker):

@@ -11,12 +11,14 @@ import json
 import sys
 from pathlib import Path
 
+from . import numbers
 from .transparency import VerificationError, verify_evidence
 
 
 def _load(path: str, what: str):
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        # Numbers exact, as the service wrote them: hashes and signatures are over that form.
+        return numbers.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SystemExit(f"cannot read the {what} {path}: {exc}") from None
 

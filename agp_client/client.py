@@ -11,7 +11,7 @@ from typing import Any
 
 import requests
 
-from . import __version__
+from . import __version__, numbers
 from .resources import (
     ActionEnvelopes,
     Decisions,
@@ -119,7 +119,9 @@ class AGPClient:
                 attempt_headers["Authorization"] = f"Bearer {self.auth.token()}"
             kwargs: dict[str, Any] = {"headers": attempt_headers, "params": params}
             if json is not None or method in WRITE_METHODS:
-                kwargs["json"] = {} if json is None else json
+                # Written here, not by requests' json=: a Decimal amount goes out exactly.
+                kwargs["data"] = numbers.dumps({} if json is None else json).encode("utf-8")
+                attempt_headers["Content-Type"] = "application/json"
             return kwargs
 
         def on_unauthorized(sent: dict[str, Any]) -> bool:

@@ -1,7 +1,9 @@
 """Verifying the Ed25519 signatures of resources the service issues (CONTRACT C9).
 
 Same rules as the server: ``payload_hash`` is ``"sha256:"`` + hex SHA-256 of the RFC 8785
-canonical JSON of the resource without its ``signature`` member, and ``value`` is the
+canonical JSON of the resource without its ``signature`` member (numbers exact, as
+``numbers.canonical_json`` writes them: resources must be parsed with Decimals, as this
+client does), and ``value`` is the
 base64url Ed25519 signature of the ASCII bytes of ``payload_hash``, made with the key whose
 ``kid`` the JWKS at ``/.well-known/jwks.json`` publishes.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 import base64
 import hashlib
 from typing import Any
+
+from .numbers import canonical_json
 
 
 def _b64url_decode(text: str) -> bytes:
@@ -23,10 +27,8 @@ def _b64url_decode(text: str) -> bytes:
 
 
 def payload_hash(resource: dict[str, Any]) -> str:
-    import rfc8785
-
     unsigned = {key: value for key, value in resource.items() if key != "signature"}
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(unsigned)).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json(unsigned)).hexdigest()
 
 
 def verify_signature(resource: dict[str, Any], jwks: dict[str, Any]) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from .merkle import leaf_hash
 from .merkle import verify_consistency as _verify_consistency
 from .merkle import verify_inclusion as _verify_inclusion
+from .numbers import canonical_json
 from .signatures import payload_hash, signature_value_verifies
 
 EVIDENCE_TYPE = "ActionEvidence"
@@ -128,9 +129,7 @@ def signature_problem(record: dict[str, Any], jwks: dict[str, Any], *, delegatio
 
 
 def _canonical(value: Any) -> bytes:
-    import rfc8785
-
-    return rfc8785.dumps(value)
+    return canonical_json(value)  # the service's form: numbers exact (agp_client.numbers)
 
 
 def event_problem(event: Any, proof: Any, checkpoint: dict[str, Any]) -> str | None:

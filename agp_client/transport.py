@@ -22,6 +22,7 @@ from urllib.parse import quote_plus
 
 import requests
 
+from . import numbers
 from .errors import AGPError, AuthenticationError, TransportError, error_from_body
 
 logger = logging.getLogger("agp_client")
@@ -72,7 +73,8 @@ def decode_body(response: requests.Response) -> Any:
     if not response.content:
         return None
     try:
-        return response.json()
+        # Exact numbers: an amount is the Decimal the service wrote, and signatures verify.
+        return numbers.loads(response.content)
     except ValueError:
         return response.text
 

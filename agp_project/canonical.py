@@ -1,22 +1,32 @@
-"""Canonical JSON (RFC 8785, JCS) and the hashes built on it."""
+"""Canonical JSON (RFC 8785, JCS) and the hashes built on it.
+
+One extension: numbers the service reads exactly (``Decimal``, docs/decisions/exact-json.md).
+A Decimal that is the shortest form of an IEEE double (``0.1``, ``25.5``, ``1e-7``) is
+written exactly as RFC 8785 writes that double, so for every such number the bytes are
+plain RFC 8785; a Decimal no double holds (``1234567890123.4567``) is written as its exact
+decimal text (``exactjson.decimal_text``) instead of being rounded, so what is hashed and
+signed is what the client sent.
+"""
 
 import contextlib
 import hashlib
 import json
+import math
 from decimal import Decimal
 from typing import Any
 
 import rfc8785
 
+from .exactjson import decimal_text
+
 
 def plain_json(value: Any) -> Any:
-    """Bring values DRF may leave in rendered data (Decimal, tuples) to JSON types."""
+    """Bring values DRF may leave in rendered data to JSON types: tuples become lists, keys
+    strings. Decimals stay Decimals: they are exact JSON numbers here (a float would round)."""
     if isinstance(value, dict):
         return {str(k): plain_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain_json(v) for v in value]
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
     return value
 
 
@@ -64,7 +74,51 @@ def canonical_json(value: Any) -> bytes:
         # A lone surrogate does not encode: rfc8785 below raises its CanonicalizationError.
         with contextlib.suppress(UnicodeEncodeError):
             return _fast_dumps(value).encode("utf-8")
-    return rfc8785.dumps(plain_json(value))
+    out: list[bytes] = []
+    _write(value, out)
+    return b"".join(out)
+
+
+def decimal_canonical(value: Decimal) -> bytes:
+    """A Decimal's canonical number: RFC 8785's form of the double it is the shortest form
+    of, else its exact decimal text. Non-finite values are refused like RFC 8785's."""
+    if not value.is_finite():
+        raise rfc8785.FloatDomainError(float(value))
+    if value == value.to_integral_value() and -INT_LIMIT <= value <= INT_LIMIT:
+        return rfc8785.dumps(int(value))
+    as_double = float(value)
+    if math.isfinite(as_double) and Decimal(repr(as_double)) == value:
+        return rfc8785.dumps(as_double)
+    return decimal_text(value).encode("ascii")
+
+
+def _utf16_order(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _write(value: Any, out: list[bytes]) -> None:
+    """RFC 8785 by recursion: rfc8785 writes every scalar, Decimals take ``decimal_canonical``."""
+    if isinstance(value, Decimal):
+        out.append(decimal_canonical(value))
+    elif isinstance(value, dict):
+        keys = sorted(((str(key), member) for key, member in value.items()), key=lambda item: _utf16_order(item[0]))
+        out.append(b"{")
+        for index, (key, member) in enumerate(keys):
+            if index:
+                out.append(b",")
+            out.append(rfc8785.dumps(key))
+            out.append(b":")
+            _write(member, out)
+        out.append(b"}")
+    elif isinstance(value, (list, tuple)):
+        out.append(b"[")
+        for index, member in enumerate(value):
+            if index:
+                out.append(b",")
+            _write(member, out)
+        out.append(b"]")
+    else:
+        out.append(rfc8785.dumps(value))
 
 
 def sha256_hex(data: bytes) -> str:

@@ -58,6 +58,19 @@ class InsufficientScope(AGPError):
         )
 
 
+class NotPermitted(AGPError):
+    """403 for a client that holds the scope but is not the one allowed to act on this record
+    (another client's external operation). The code is C2's one 403 code; no scope helps, so
+    ``required_scopes`` is empty."""
+
+    status_code = 403
+    code = "AGP_INSUFFICIENT_SCOPE"
+    default_message = "This client may not act on this record."
+
+    def __init__(self, message: str | None = None, *, details: dict[str, Any] | None = None):
+        super().__init__(message, details={"required_scopes": [], **(details or {})})
+
+
 class NotFound(AGPError):
     status_code = 404
     code = "AGP_NOT_FOUND"
@@ -113,6 +126,14 @@ class IdempotencyInProgress(Conflict):
     code = "AGP_IDEMPOTENCY_IN_PROGRESS"
     retryable = True
     default_message = "A request with this Idempotency-Key is still being processed."
+
+
+class LengthRequired(AGPError):
+    """411: a body sent with chunked transfer coding instead of a Content-Length."""
+
+    status_code = 411
+    default_message = ("Send the request body with a Content-Length header: chunked transfer coding is not "
+                       "accepted.")
 
 
 class PayloadTooLarge(AGPError):

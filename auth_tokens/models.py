@@ -1,6 +1,8 @@
 from django.contrib.auth.hashers import check_password, make_password
 from django.db import models
 
+from core.fields import ExactJSONField
+
 
 class Client(models.Model):
     """An API client of the client-credentials grant (CONTRACT C3).
@@ -15,7 +17,7 @@ class Client(models.Model):
 
     client_id = models.CharField(max_length=128, unique=True)
     secret_hash = models.CharField(max_length=256)
-    scopes = models.JSONField(default=list)
+    scopes = ExactJSONField(default=list)
     is_active = models.BooleanField(default=True)
     description = models.CharField(max_length=256, blank=True, default="")
     tokens_not_before = models.DateTimeField(null=True, blank=True)

@@ -38,6 +38,14 @@ def required_scopes(view, method: str) -> list[str]:
     return default
 
 
+def holds_scope(request, scope: str) -> bool:
+    """Whether the caller holds ``scope`` (everyone does with authentication off)."""
+    if not auth_enabled():
+        return True
+    principal = request.user
+    return principal is not None and scope in principal.scopes
+
+
 class HasGroupScope(BasePermission):
     def has_permission(self, request, view):
         if not auth_enabled():

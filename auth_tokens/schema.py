@@ -4,6 +4,8 @@ per-operation requirements list the scopes of which a token needs one (CONTRACT 
 from django.core.exceptions import ImproperlyConfigured
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
+from agp_project.http.schema import BODY_ERRORS, error_envelope_response
+
 from .permissions import required_scopes
 
 SCOPE_DESCRIPTIONS = {
@@ -117,6 +119,8 @@ def token_endpoint(result, generator, request, public):
                                 "HTTP Basic credentials."),
             "429": _oauth_error("`slow_down`: too many failed client authentications from this address or for "
                                 "this client in the current minute; retry after `Retry-After` seconds."),
+            # The body-size middleware answers before the view, in the API's error envelope.
+            **{code: error_envelope_response(text) for code, text in BODY_ERRORS.items()},
         },
     }}
     return result

@@ -40,7 +40,10 @@ def auth_enabled() -> bool:
 def token_backend() -> TokenBackend:
     # Built from the current settings: HS256 with AGP_AUTH_SECRET is the only key and
     # algorithm accepted (PyJWT is given algorithms=["HS256"], so "none" never verifies).
-    return TokenBackend(algorithm="HS256", signing_key=settings.AGP_AUTH_SECRET, issuer=settings.AGP_TOKEN_ISSUER)
+    # The audience is written into every token and required on every one read: a token
+    # minted with the same secret for another service (or without "aud") is refused.
+    return TokenBackend(algorithm="HS256", signing_key=settings.AGP_AUTH_SECRET, issuer=settings.AGP_TOKEN_ISSUER,
+                        audience=settings.AGP_TOKEN_AUDIENCE)
 
 
 class ClientAccessToken(AccessToken):

@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 import logging
+import re
 import time
 from urllib.parse import unquote_plus
 
@@ -56,6 +57,16 @@ def _basic_credentials(request) -> tuple[str, str] | None:
         return ("", "")
     # RFC 6749 2.3.1: both parts are form-urlencoded before being joined.
     return unquote_plus(client_id), unquote_plus(secret)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def _unprintable(*values: str) -> bool:
+    """Whether any credential holds a control character (NUL included) or a lone surrogate:
+    RFC 6749 Appendix A allows none in client_id, client_secret or scope, and a NUL would
+    reach the database (PostgreSQL refuses it: a 500, not the 400 RFC 6749 5.2 asks for)."""
+    return any(_CONTROL.search(value) for value in values)
 
 
 def _throttle_keys(request, client_id: str) -> list[str]:
@@ -125,6 +136,9 @@ def token(request):
             return oauth_error("invalid_request", "client_id and client_secret are required "
                                                   "(in the form or with HTTP Basic).")
 
+    if _unprintable(client_id, secret, form.get("scope", "")):
+        return oauth_error("invalid_request", "client_id, client_secret and scope must not contain control "
+                                              "characters (RFC 6749 Appendix A).")
     keys = _throttle_keys(request, client_id)
     if _throttled(keys):
         return oauth_error("slow_down", "Too many failed client authentications; try again later.", 429,

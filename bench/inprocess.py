@@ -50,7 +50,7 @@ def main() -> None:
     _recreate(args.database_url)
     os.environ.update(DJANGO_SETTINGS_MODULE="agp_project.settings.base", AGP_DATABASE_URL=args.database_url,
                       AGP_AUTH_SECRET="profile-" + "x" * 32, AGP_VAR_DIR=tempfile.mkdtemp(prefix="agp-inprocess-"),
-                      AGP_LOG_LEVEL="WARNING")
+                      AGP_LOG_LEVEL="WARNING", AGP_ALLOWED_HOSTS="testserver")  # Django's test client
     os.environ.pop("AGP_BROKER_URL", None)
     sys.path.insert(0, str(ROOT))
     import django

@@ -1,12 +1,14 @@
 """A JSON column stored as its RFC 8785 text: the stored bytes are the bytes that were hashed."""
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from django import forms
 from django.db import models
 
 from agp_project.canonical import INT_LIMIT, canonical_json
+from agp_project.exactjson import ExactJSONDecoder, ExactJSONEncoder
 
 
 def _number(text: str) -> int | float:
@@ -21,8 +23,13 @@ def _number(text: str) -> int | float:
 
 
 def load_json(text: str) -> Any:
-    """Parse canonical (or jsonb) JSON text into the value ``canonical_json`` writes back as the same text."""
-    return json.loads(text, parse_int=_number)
+    """Parse canonical (or jsonb) JSON text into the value ``canonical_json`` writes back as the same text.
+
+    Fractions as Decimals: ``canonical_json`` writes a Decimal that is a double's shortest
+    form as RFC 8785 writes the double, and any other as its exact text, so both kinds of
+    stored number come back as they were.
+    """
+    return json.loads(text, parse_int=_number, parse_float=Decimal)
 
 
 class CanonicalJSONField(models.TextField):
@@ -60,3 +67,24 @@ class CanonicalJSONField(models.TextField):
 
     def formfield(self, **kwargs):
         return super().formfield(**{"form_class": forms.JSONField, **kwargs})
+
+
+class ExactJSONField(models.JSONField):
+    """A ``JSONField`` whose numbers stay exact: fractions are written and read as Decimals.
+
+    Django's own would write a Decimal with ``json.dumps`` (a TypeError) and read every
+    fraction back as a binary float (``1234567890123.4567`` -> ``...4568``). jsonb keeps
+    numbers as ``numeric``, exactly, so the text written is the text read back.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("encoder", ExactJSONEncoder)
+        kwargs.setdefault("decoder", ExactJSONDecoder)
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self):
+        name, path, args, kwargs = super().deconstruct()
+        for option, value in (("encoder", ExactJSONEncoder), ("decoder", ExactJSONDecoder)):
+            if kwargs.get(option) is value:
+                del kwargs[option]
+        return name, path, args, kwargs

@@ -24,7 +24,6 @@ The client comes from ``request.agp_client_id``, which the authentication middle
 """
 
 import hashlib
-import json
 from datetime import timedelta
 
 from django.conf import settings
@@ -32,7 +31,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpResponse
 from django.utils import timezone
 
-from agp_project import errors
+from agp_project import errors, exactjson
 from agp_project.canonical import canonical_json
 from agp_project.http.errors import error_response
 from agp_project.http.prefer import execution_mode
@@ -57,7 +56,7 @@ def fingerprint(body: bytes, *, mode: str = "", content_type: str = "") -> str:
     """SHA-256 of what decides the processing: the body (canonical when it is JSON), the
     execution mode asked for, and the content type."""
     try:
-        data = canonical_json(json.loads(body)) if body else b""
+        data = canonical_json(exactjson.loads(body)) if body else b""
     except (ValueError, TypeError, OverflowError, RecursionError):
         data = body
     return hashlib.sha256(b"%s\n%s\n%s" % (mode.encode(), content_type.encode(), data)).hexdigest()

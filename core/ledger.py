@@ -11,7 +11,8 @@ from typing import Any
 
 import rfc8785
 from django.db import IntegrityError, connection, models, transaction
-from django.db.models.functions import Cast
+from django.db.models import Subquery, Value
+from django.db.models.functions import Cast, Coalesce
 
 from agp_project import errors
 from agp_project.canonical import bytes_hash, canonical_json
@@ -353,10 +354,16 @@ def _iter_rows(batch_size: int) -> Iterable[tuple]:
 def verify_in_python(*, batch_size: int = 5000) -> Verification:
     """Walk the chain from the first event in keyset batches, recomputing every hash here.
 
+    The chain is the events 1..head and nothing else: a row numbered below 1 (only a direct
+    write into the table makes one) is a break, named by its sequence, before anything else.
+
     The payload check hashes the stored text itself: it is the canonical JSON that
     ``payload_hash`` was computed over, so no parsing or re-serialising is needed, and a
     stored text that merely parses to the same value no longer passes either.
     """
+    outside = LedgerEvent.objects.filter(sequence__lt=1).order_by("sequence").values_list("sequence", flat=True).first()
+    if outside is not None:
+        return Verification(False, 0, GENESIS_HASH, outside)
     prev_hash = GENESIS_HASH
     expected_sequence = 1
     count = 0
@@ -402,10 +409,12 @@ CANONICAL_EVENT_SQL = _SQL_EVENT
 # break before it, events 1..n-1 are exactly the sequences 1..n-1, so the count is n - 1
 # and the head hash is event n - 1's hash. (An event whose prev_hash is wrong fails
 # ``links`` whatever ``content`` says of it, so recomputing from its own prev_hash finds
-# the same first break as recomputing from the predecessor's hash.) Sequences below 1 are
-# outside the chain, as in the Python walk.
+# the same first break as recomputing from the predecessor's hash.) A row numbered below 1
+# is outside the chain the service writes: its presence is the first break (``outside``).
 _PG_VERIFY = f"""
-WITH links AS (
+WITH outside AS (
+    SELECT min(sequence) AS sequence FROM "{_EVENTS}" WHERE sequence < 1
+), links AS (
     SELECT sequence, position, expected_prev FROM (
         SELECT sequence, prev_hash, row_number() OVER chain AS position,
                lag(hash, 1, %s) OVER chain AS expected_prev
@@ -419,10 +428,11 @@ WITH links AS (
                AND 'sha256:' || encode(sha256(convert_to(payload, 'UTF8')), 'hex') = payload_hash AS intact
           FROM "{_EVENTS}" WHERE sequence > 0) AS checked
 )
-SELECT links.sequence, links.position, links.expected_prev,
+SELECT outside.sequence, links.sequence, links.position, links.expected_prev,
        content.sequence, (SELECT hash FROM "{_EVENTS}" WHERE sequence = content.sequence - 1),
        tip.sequence, tip.hash, head.sequence, head.hash
   FROM content
+  CROSS JOIN outside
   LEFT JOIN links ON true
   LEFT JOIN (SELECT sequence, hash FROM "{_EVENTS}" WHERE sequence > 0 ORDER BY sequence DESC LIMIT 1) AS tip ON true
   LEFT JOIN "{_HEAD}" AS head ON head.id = 1
@@ -433,14 +443,27 @@ def verify_in_database() -> Verification:
     """``verify_in_python``'s verdict, computed by PostgreSQL in one statement (``_PG_VERIFY``)."""
     with connection.cursor() as cursor:
         cursor.execute(_PG_VERIFY, [GENESIS_HASH])
-        (link_sequence, link_position, link_prev, content_sequence, content_prev,
+        (outside_sequence, link_sequence, link_position, link_prev, content_sequence, content_prev,
          tip_sequence, tip_hash, head_sequence, head_hash) = cursor.fetchone()
+    if outside_sequence is not None:
+        return Verification(False, 0, GENESIS_HASH, outside_sequence)
     if link_sequence is not None and (content_sequence is None or link_sequence <= content_sequence):
         return Verification(False, link_position - 1, link_prev, link_sequence)
     if content_sequence is not None:
         return Verification(False, content_sequence - 1, content_prev or GENESIS_HASH, content_sequence)
     head = None if head_sequence is None else (head_sequence, head_hash)
     return _verified_up_to(tip_sequence or 0, tip_hash or GENESIS_HASH, head)
+
+
+def ledger_events_in_chain() -> models.QuerySet:
+    """The events of the chain: sequence 1 up to the head's, nothing the service did not chain.
+
+    A row written into the table directly with a sequence below 1, or beyond the head, is
+    not part of the ledger: lists and reads leave it out (verification reports it as a
+    break). Without a head row (a flushed database) only the lower bound applies.
+    """
+    head = LedgerHead.objects.filter(pk=1).values("sequence")
+    return LedgerEvent.objects.filter(sequence__gte=1, sequence__lte=Coalesce(Subquery(head), Value(2**63 - 1)))
 
 
 def ledger_append_client_event(*, event_type: str, resource_type: str, resource_id: str, actor: str,

@@ -3,7 +3,7 @@
 from django.db import models
 
 from .choices import OutboxStatus
-from .fields import CanonicalJSONField
+from .fields import CanonicalJSONField, ExactJSONField
 
 
 class LedgerHead(models.Model):
@@ -69,7 +69,7 @@ class IdempotencyRecord(models.Model):
     fingerprint = models.CharField(max_length=64)
     response_status = models.PositiveSmallIntegerField()
     response_body = models.BinaryField()
-    response_headers = models.JSONField(default=dict)
+    response_headers = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField(db_index=True)
 
@@ -110,7 +110,7 @@ class Checkpoint(models.Model):
     tree_size = models.BigIntegerField(primary_key=True)
     root_hash = models.CharField(max_length=64)
     issued_at = models.DateTimeField()
-    signature = models.JSONField(default=dict)
+    signature = ExactJSONField(default=dict)
 
     class Meta:
         ordering = ["-tree_size"]
@@ -139,7 +139,7 @@ class OutboxMessage(models.Model):
     """
 
     task_name = models.CharField(max_length=128)
-    args = models.JSONField(default=list)
+    args = ExactJSONField(default=list)
     status = models.CharField(max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING,
                               db_index=True)
     attempts = models.PositiveIntegerField(default=0)

@@ -3,6 +3,7 @@
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from core.fields import ExactJSONField
 from registry.models import Delegation, PolicySet, Task
 
 from .choices import (
@@ -21,7 +22,7 @@ class Context(models.Model):
     task = models.ForeignKey(Task, on_delete=models.PROTECT, to_field="task_id", db_column="task_id",
                              related_name="contexts")
     agent_id = models.CharField(max_length=128, blank=True, default="")
-    data = models.JSONField(default=dict)
+    data = ExactJSONField(default=dict)
     content_hash = models.CharField(max_length=71)
     created_at = models.DateTimeField()
 
@@ -30,7 +31,7 @@ class EvidenceBundle(models.Model):
     bundle_id = models.CharField(max_length=128, unique=True)
     task = models.ForeignKey(Task, on_delete=models.PROTECT, to_field="task_id", db_column="task_id",
                              related_name="evidence_bundles")
-    items = models.JSONField(default=list)
+    items = ExactJSONField(default=list)
     bundle_hash = models.CharField(max_length=71)
     created_at = models.DateTimeField()
 
@@ -42,22 +43,22 @@ class PolicyEvaluation(models.Model):
     task = models.ForeignKey(Task, on_delete=models.PROTECT, to_field="task_id", db_column="task_id",
                              related_name="policy_evaluations")
     agent_id = models.CharField(max_length=128)
-    input = models.JSONField(default=dict)
+    input = ExactJSONField(default=dict)
     input_hash = models.CharField(max_length=71)
     # The action evaluated (``{"tool_id", "operation", "parameters"}``, the Rego input's
     # ``action``) and its hash; null for an evaluation made without one, which clears nothing.
-    action = models.JSONField(null=True, blank=True)
+    action = ExactJSONField(null=True, blank=True)
     action_hash = models.CharField(max_length=71, blank=True, default="")
     ruleset_hash = models.CharField(max_length=71)
-    result = models.JSONField(default=dict)
+    result = ExactJSONField(default=dict)
     allowed = models.BooleanField(default=False)
     require_approval = models.BooleanField(default=False)
-    warnings = models.JSONField(default=list)
-    # C14: the set's active shadows, evaluated with the same input: {shadow policy_set_id:
-    # {"allow", "matches"}}. Keyed by id so that the auditors' agreement rate of one shadow
-    # is a key lookup the database answers (PostgreSQL and SQLite alike); the API renders
-    # it as a list (decision/serializers.py).
-    shadow_results = models.JSONField(default=dict)
+    warnings = ExactJSONField(default=list)
+    # The set's active shadows (CONTRACT C14), evaluated with the same input: {shadow
+    # policy_set_id: {"allow", "matches"}}. Keyed by id so that the auditors' agreement rate of
+    # one shadow is a key lookup the database answers (PostgreSQL and SQLite alike); the API
+    # renders it as a list (decision/serializers.py).
+    shadow_results = ExactJSONField(default=dict)
     evaluated_at = models.DateTimeField()
     created_at = models.DateTimeField()
 
@@ -75,7 +76,7 @@ class Decision(ConcurrentTransitionMixin, models.Model):
     rationale = models.TextField(blank=True, default="")
     context = models.ForeignKey(Context, null=True, blank=True, on_delete=models.PROTECT, to_field="context_id",
                                 db_column="context_ref", related_name="decisions")
-    evidence_refs = models.JSONField(default=list, blank=True)
+    evidence_refs = ExactJSONField(default=list, blank=True)
     policy_evaluation = models.ForeignKey(PolicyEvaluation, null=True, blank=True, on_delete=models.PROTECT,
                                           to_field="evaluation_id", db_column="policy_evaluation_ref",
                                           related_name="decisions")
@@ -103,14 +104,14 @@ class ImpactAssessment(models.Model):
     decision = models.ForeignKey(Decision, on_delete=models.PROTECT, to_field="decision_id",
                                  db_column="decision_ref", related_name="impact_assessments")
     agent_id = models.CharField(max_length=128)
-    time_horizons = models.JSONField(default=list)
-    stakeholders_affected = models.JSONField(default=list)
-    pareto_assessment = models.JSONField(default=dict)
-    ethical_framework_applied = models.JSONField(default=dict)
+    time_horizons = ExactJSONField(default=list)
+    stakeholders_affected = ExactJSONField(default=list)
+    pareto_assessment = ExactJSONField(default=dict)
+    ethical_framework_applied = ExactJSONField(default=dict)
     recommendation = models.CharField(max_length=32, choices=Recommendation.choices)
     recommendation_rationale = models.TextField(blank=True, default="")
     assessed_at = models.DateTimeField()
-    signature = models.JSONField(default=dict)
+    signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
 
     @property
@@ -126,9 +127,9 @@ class Approval(models.Model):
                                  db_column="decision_ref", related_name="approvals")
     approver = models.CharField(max_length=128)
     verdict = models.CharField(max_length=16, choices=ApprovalVerdict.choices)
-    conditions = models.JSONField(default=list, blank=True)
+    conditions = ExactJSONField(default=list, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
-    signature = models.JSONField(default=dict)
+    signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
 
     @property
@@ -224,9 +225,9 @@ class Backtest(ConcurrentTransitionMixin, models.Model):
     newly_allowed = models.PositiveIntegerField(default=0)
     approval_changed = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
-    changes = models.JSONField(default=list, blank=True)
-    by_reason = models.JSONField(default=dict, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    changes = ExactJSONField(default=list, blank=True)
+    by_reason = ExactJSONField(default=dict, blank=True)
+    error = ExactJSONField(null=True, blank=True)
     # As an envelope's operation: the worker's claim (a lease it renews with each progress
     # write) and its fencing token.
     attempts = models.PositiveIntegerField(default=0)

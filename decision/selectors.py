@@ -1,7 +1,7 @@
 """Reads of the Decision API, including the checks other apps run before acting.
 
 The execution app's fail-closed checks (CONTRACT C8, checks 4-9) read through the
-querysets here (``impact_assessments_newest_first``, ``approvals_standing``,
+querysets here (``impact_assessments_standing_first``, ``approvals_standing``,
 ``escalations_blocking``, ``commerce_spending_under``), so each rule has one definition.
 Each takes model instances or plain ids, so callers need not load rows first.
 """
@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 from registry.choices import ActionClass, RiskLevel
 from registry.models import Task
 
-from .choices import ApprovalVerdict, EscalationOutcome, EscalationStatus
+from .choices import ApprovalVerdict, EscalationOutcome, EscalationStatus, Recommendation
 from .models import (
     Approval,
     Backtest,
@@ -45,20 +45,25 @@ def impact_assessment_required(*, task: Task) -> bool:
     return task.risk_level in RULE5_RISK_LEVELS and task.action_class in RULE5_ACTION_CLASSES
 
 
-def impact_assessments_newest_first(*, task: Task | str, decision: Decision | str) -> QuerySet[ImpactAssessment]:
-    """The assessments of ``decision`` for ``task``, the one recorded last (server order) first.
+def impact_assessments_standing_first(*, task: Task | str, decision: Decision | str) -> QuerySet[ImpactAssessment]:
+    """The assessments of ``decision`` for ``task``: every ``do_not_proceed`` one before the
+    others, then the one recorded last (server order) first.
 
-    Not by ``assessed_at``: the client sets that, so a future-dated assessment would
-    outrank a later ``do_not_proceed`` one.
+    An assessor's "do not proceed" stands whatever is recorded after it: assessments are
+    immutable, so a later ``proceed`` (or one back-dated with an earlier ``assessed_at``)
+    is a second opinion, not a withdrawal, and a governance service fails closed on the
+    disagreement. The way past it is a new decision with its own assessment.
     """
+    vetoes_first = Case(When(recommendation=Recommendation.DO_NOT_PROCEED, then=Value(0)), default=Value(1))
     return (ImpactAssessment.objects
             .filter(task_id=_id(task, "task_id"), decision_id=_id(decision, "decision_id"))
-            .order_by("-pk"))
+            .order_by(vetoes_first, "-pk"))
 
 
-def impact_assessment_newest(*, task: Task | str, decision: Decision | str) -> ImpactAssessment | None:
-    """The assessment of ``decision`` for ``task`` recorded last (server order)."""
-    return impact_assessments_newest_first(task=task, decision=decision).first()
+def impact_assessment_standing(*, task: Task | str, decision: Decision | str) -> ImpactAssessment | None:
+    """The assessment that decides for ``decision``: a ``do_not_proceed`` one if any exists,
+    else the one recorded last. None when the decision has no assessment."""
+    return impact_assessments_standing_first(task=task, decision=decision).first()
 
 
 # --- approvals -----------------------------------------------------------------------------

@@ -4,7 +4,6 @@ One serializer per resource serves request and response; server-set fields are
 ``read_only`` (sending them is a 400). PATCH bodies have their own small serializers.
 """
 
-from decimal import Decimal
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -12,9 +11,12 @@ from rest_framework import serializers
 
 from agp_project.http.schema import ErrorObjectSerializer
 from agp_project.http.serializers import (
+    AmountField,
+    CurrencyField,
     IdField,
     SignatureSerializer,
     StrictSerializer,
+    minor_units_problem,
 )
 from agp_project.http.viewsets import absolute_url, operation_path
 from registry.serializers import OPERATION_MESSAGE, OPERATION_PATTERN, TOOL_MESSAGE, TOOL_PATTERN
@@ -314,13 +316,19 @@ class CommerceSessionSerializer(StrictSerializer):
     agent_id = serializers.CharField(max_length=AGENT_MAX)
     delegation_id = IdField()
     merchant = serializers.CharField(max_length=256, required=False, allow_blank=True, default="")
-    currency = serializers.RegexField(r"^[A-Z]{3}$", error_messages={"invalid": "Must be an ISO 4217 code."})
-    amount_limit = serializers.DecimalField(max_digits=18, decimal_places=4, min_value=Decimal("0.0001"))
+    currency = CurrencyField()
+    amount_limit = AmountField(positive=True)
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    spent_amount = serializers.DecimalField(max_digits=18, decimal_places=4, read_only=True)
-    reserved_amount = serializers.DecimalField(max_digits=18, decimal_places=4, read_only=True)
+    spent_amount = AmountField(read_only=True)
+    reserved_amount = AmountField(read_only=True)
     status = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+
+    def validate(self, attrs):
+        problem = minor_units_problem(attrs.get("currency"), attrs.get("amount_limit"))
+        if problem:
+            raise serializers.ValidationError({"amount_limit": [problem]})
+        return attrs
 
 
 # --- backtests ---------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from .models import (
     ImpactAssessment,
     PolicyEvaluation,
 )
-from .selectors import impact_assessment_newest, impact_assessment_required
+from .selectors import impact_assessment_required, impact_assessment_standing
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -266,16 +266,17 @@ def _finalise_failures(decision: Decision) -> tuple[bool, list[dict[str, str]]]:
     task = decision.task
     failed = []
     assessment_missing = False
-    newest = impact_assessment_newest(task=task, decision=decision)
-    if impact_assessment_required(task=task) and newest is None:
+    standing = impact_assessment_standing(task=task, decision=decision)
+    if impact_assessment_required(task=task) and standing is None:
         assessment_missing = True
         failed.append(_check("impact_assessment_present",
                              f"task {task.task_id!r} is {task.risk_level} risk with action class "
                              f"{task.action_class}: an impact assessment of this decision is required"))
-    if (newest is not None and decision.outcome == DecisionOutcome.APPROVE
-            and newest.recommendation == Recommendation.DO_NOT_PROCEED):
+    if (standing is not None and decision.outcome == DecisionOutcome.APPROVE
+            and standing.recommendation == Recommendation.DO_NOT_PROCEED):
         failed.append(_check("impact_assessment_recommendation",
-                             f"the newest impact assessment ({newest.assessment_id!r}) recommends do_not_proceed"))
+                             f"impact assessment {standing.assessment_id!r} recommends do_not_proceed (a later "
+                             f"assessment does not lift it)"))
     evaluation = decision.policy_evaluation
     if evaluation is not None and evaluation.policy_set.status == PolicySetStatus.REVOKED:
         failed.append(_check("policy_set_not_revoked",

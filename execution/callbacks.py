@@ -14,7 +14,6 @@ a URL the SSRF guard refuses is not retried (it will not become allowed).
 
 import hashlib
 import hmac
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, Max, OuterRef
 from django.utils import timezone
 
+from agp_project import exactjson
 from agp_project.metrics import CALLBACK_DELIVERIES
 from agp_project.net import UnsafeURL, http_post
 from core.ledger import ledger_append
@@ -45,7 +45,7 @@ RECOVERY_LOOKBACK = timedelta(hours=1)
 
 
 def callback_body(operation: Operation) -> bytes:
-    return json.dumps(operation_representation(operation), separators=(",", ":"), sort_keys=True).encode()
+    return exactjson.dumps(operation_representation(operation), sort_keys=True).encode()
 
 
 def callback_signature(*, body: bytes, timestamp: int, secret: str | None = None) -> str:

@@ -2,6 +2,8 @@ from django.db import models
 
 # Who the ledger names for what the worker does (operations, payments, callbacks).
 WORKER_ACTOR = "agp-worker"
+# Cancelling another client's operation is an operator's brake, like a revocation or a freeze.
+CANCEL_ANY_SCOPE = "agp.revocation.write"
 # Celery task names (execution/tasks.py registers them; the outbox publishes by name).
 EXECUTE_TASK = "agp.execute_operation"
 CALLBACK_TASK = "agp.deliver_callback"

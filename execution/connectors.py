@@ -32,12 +32,13 @@ import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import requests
 from django.conf import settings
 
-from agp_project import errors, mcp_client
+from agp_project import errors, exactjson, mcp_client
 from agp_project.canonical import bytes_hash, canonical_json
 from agp_project.http.parsers import has_nul
 from agp_project.net import UnsafeURL, http_post
@@ -110,7 +111,7 @@ class NoopConnector(Connector):
 def _sleep_seconds(call: Call) -> float:
     """The noop's requested delay (``parameters.sleep_seconds``), bounded; 0 when none."""
     delay = call.parameters.get("sleep_seconds")
-    if isinstance(delay, (int, float)) and not isinstance(delay, bool) and delay > 0:
+    if isinstance(delay, (int, float, Decimal)) and not isinstance(delay, bool) and delay > 0:
         return min(float(delay), settings.AGP_NOOP_MAX_SLEEP_SECONDS)
     return 0.0
 
@@ -121,7 +122,8 @@ class HttpConnector(Connector):
     def execute(self, call: Call) -> dict[str, Any]:
         if not call.endpoint_url:
             raise ExecutionFailed("The skill has no endpoint_url.", details={"connector": self.name})
-        body = json.dumps(call.envelope, separators=(",", ":"), sort_keys=True).encode()
+        # Exact numbers: the tool receives the amount that was checked and reserved, digit for digit.
+        body = exactjson.dumps(call.envelope, sort_keys=True).encode()
         headers = {"Idempotency-Key": call.operation_id, "AGP-Operation-Id": call.operation_id,
                    "AGP-Action-Id": call.action_id}
         attempts = settings.AGP_CONNECTOR_ATTEMPTS
@@ -193,6 +195,27 @@ def _http_result(response) -> dict[str, Any]:
     return {"status_code": response.status_code, "body": parsed, "body_hash": bytes_hash(response.body)}
 
 
+def _mcp_arguments(value: Any) -> Any:
+    """The parameters as the MCP SDK can send them, numbers unchanged.
+
+    The SDK (pydantic) would send a Decimal as a *string*; a Decimal that is the shortest
+    form of a double goes as that double, whose JSON is the same digits. One that no double
+    holds (``1234567890123.4567``) cannot be sent exactly, so the call is not made.
+    """
+    if isinstance(value, Decimal):
+        as_double = float(value)
+        if math.isfinite(as_double) and Decimal(repr(as_double)) == value:
+            return as_double
+        raise ExecutionFailed(f"The number {exactjson.decimal_text(value)} cannot be sent exactly to an MCP tool "
+                              f"(no binary double holds it); the tool was not called.",
+                              details={"connector": "mcp"})
+    if isinstance(value, dict):
+        return {key: _mcp_arguments(member) for key, member in value.items()}
+    if isinstance(value, list):
+        return [_mcp_arguments(member) for member in value]
+    return value
+
+
 class ToolChanged(ExecutionFailed):
     """C16: the MCP tool's definition differs from the skill's pin; the tool was not called."""
 
@@ -212,11 +235,12 @@ class McpConnector(Connector):
         if not isinstance(pinned, str):
             raise ExecutionFailed(f"The skill pinned no tool {call.operation!r}.",
                                   details={"connector": self.name, "tool": call.operation})
+        arguments = _mcp_arguments(call.parameters)
         attempts = settings.AGP_CONNECTOR_ATTEMPTS
         last_problem = ""
         for attempt in range(1, attempts + 1):
             try:
-                result = mcp_client.tool_call(call.endpoint_url, name=call.operation, arguments=call.parameters,
+                result = mcp_client.tool_call(call.endpoint_url, name=call.operation, arguments=arguments,
                                               pinned_hash=pinned, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS)
             except UnsafeURL as exc:
                 raise ExecutionFailed(f"The skill's endpoint was refused: {exc.reason}.",

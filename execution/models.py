@@ -5,6 +5,8 @@ The outbox of tasks to publish after commit is core's (``core.models.OutboxMessa
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from core.fields import ExactJSONField
+
 from .choices import CallbackStatus, EnvelopeStatus, OperationStatus, PaymentStatus, ReceiptStatus
 
 
@@ -23,18 +25,18 @@ class ActionEnvelope(models.Model):
     capability_token_ref = models.CharField(max_length=128)
     decision_ref = models.CharField(max_length=128, db_index=True)
     policy_decision_ref = models.CharField(max_length=128)
-    parameters = models.JSONField(default=dict)
+    parameters = ExactJSONField(default=dict)
     parameters_hash = models.CharField(max_length=71)
-    allowed_parameter_ranges = models.JSONField(default=dict)
+    allowed_parameter_ranges = ExactJSONField(default=dict)
     approval_ref = models.CharField(max_length=128, blank=True, default="")
     commerce_session_ref = models.CharField(max_length=128, blank=True, default="")
     payment_ref = models.CharField(max_length=128, blank=True, default="")
     delegation_ref = models.CharField(max_length=128, blank=True, default="")
     callback_url = models.URLField(max_length=2048, blank=True, default="")
-    governance_attestations = models.JSONField(default=list)
-    signature = models.JSONField(default=dict)
-    inputs = models.JSONField(default=dict)
-    checks = models.JSONField(default=list)
+    governance_attestations = ExactJSONField(default=list)
+    signature = ExactJSONField(default=dict)
+    inputs = ExactJSONField(default=dict)
+    checks = ExactJSONField(default=list)
     status = models.CharField(max_length=16, choices=EnvelopeStatus.choices, default=EnvelopeStatus.ACCEPTED)
     submitted_by = models.CharField(max_length=128, blank=True, default="")
     created_at = models.DateTimeField()
@@ -53,7 +55,7 @@ class Operation(ConcurrentTransitionMixin, models.Model):
                                     to_field="action_id", db_column="action_id")
     status = FSMField(max_length=16, choices=OperationStatus.choices, default=OperationStatus.PENDING,
                       protected=True, db_index=True)
-    error = models.JSONField(null=True, blank=True)
+    error = ExactJSONField(null=True, blank=True)
     callback_url = models.URLField(max_length=2048, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
     # The claim of the worker executing it (execution/runner.py): the worker renews its lease
@@ -62,6 +64,9 @@ class Operation(ConcurrentTransitionMixin, models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     executor = models.CharField(max_length=256, blank=True, default="")
     connector = models.CharField(max_length=16, blank=True, default="")
+    # external: the one API client whose POST /agp/receipts may complete this operation, fixed
+    # when the worker hands it to the executor (the skill's executor_client_id, else the submitter).
+    receipt_client_id = models.CharField(max_length=128, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
     # Indexed: callback recovery looks only at operations that ended recently.
     completed_at = models.DateTimeField(null=True, blank=True, db_index=True)
@@ -101,14 +106,16 @@ class Receipt(models.Model):
                                      to_field="operation_id", db_column="operation_id")
     action_id = models.CharField(max_length=128, db_index=True)
     status = models.CharField(max_length=16, choices=ReceiptStatus.choices)
-    result = models.JSONField(default=dict, blank=True)
+    result = ExactJSONField(default=dict, blank=True)
     result_hash = models.CharField(max_length=71)
     started_at = models.DateTimeField()
     completed_at = models.DateTimeField()
     executor = models.CharField(max_length=256)
+    # Who wrote the outcome: the worker (``WORKER_ACTOR``) or the API client that posted it.
+    posted_by = models.CharField(max_length=128, blank=True, default="")
     # Why the action was allowed (CONTRACT C12), covered by the signature.
-    governance = models.JSONField(default=dict)
-    signature = models.JSONField(default=dict)
+    governance = ExactJSONField(default=dict)
+    signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
 
 

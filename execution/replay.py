@@ -7,8 +7,11 @@ execution time). ``changed_checks`` names every check whose outcome differs.
 
 With a ``policy_set_id``, the action is evaluated under that (candidate) policy set: the
 input recorded by the action's policy evaluation, with ``input.action`` the envelope's own
-action (tool, operation, parameters), whatever the evaluation was made for. A what-if
-before a new policy version is put in force. Nothing is written.
+action (tool, operation, parameters), whatever the evaluation was made for, through the
+engine under its time and memory limits. A what-if before a new policy version is put in
+force. Nothing is written. A set other than the one the action's evaluation used needs
+``WHAT_IF_SCOPE``: the caller picks the ruleset that runs, which is what a policy author
+does, not a reader of executions.
 """
 
 from typing import Any
@@ -23,18 +26,31 @@ from registry.models import PolicySet
 from .checks import envelope_recheck
 from .models import ActionEnvelope
 
+WHAT_IF_SCOPE = "agp.policy.write"
+
 
 def _verdict(checks: list[dict[str, Any]]) -> str:
     return "cleared" if checks and all(item["passed"] for item in checks) else "rejected"
 
 
-def replay_action(*, action_id: str, policy_set_id: str | None = None) -> dict[str, Any]:
-    """The replay report of one accepted action; NotFound for an action never accepted."""
+def replay_action(*, action_id: str, policy_set_id: str | None = None, any_policy_set: bool = False) -> dict[str, Any]:
+    """The replay report of one accepted action; NotFound for an action never accepted.
+
+    ``any_policy_set``: the caller holds ``WHAT_IF_SCOPE``; without it a what-if under a set
+    other than the one the action's evaluation used is a 403.
+    """
     envelope = ActionEnvelope.objects.filter(action_id=action_id).first()
     if envelope is None:
         raise errors.NotFound(f"No accepted action with id {action_id!r}.")
     candidate = None
     if policy_set_id is not None:
+        if not any_policy_set:
+            cited = (PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref)
+                     .values_list("policy_set_id", flat=True).first())
+            if policy_set_id != cited:
+                raise errors.InsufficientScope(
+                    [WHAT_IF_SCOPE], message=f"A what-if under a policy set other than the one the action's "
+                                             f"evaluation used ({cited!r}) needs the scope {WHAT_IF_SCOPE}.")
         candidate = PolicySet.objects.filter(policy_set_id=policy_set_id).first()
         if candidate is None:
             raise errors.invalid_fields({"policy_set_id": [f"No policy set with id {policy_set_id!r}."]})

@@ -53,6 +53,7 @@ from .budgets import payment_commit, payment_release
 from .checks import envelope_recheck
 from .choices import (
     CALLBACK_TASK,
+    CANCEL_ANY_SCOPE,
     EXECUTE_TASK,
     OPERATION_TERMINAL,
     WORKER_ACTOR,
@@ -202,8 +203,13 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
     # recovery may take it over.
     external = not connector_for(connector).completes
     operation.lease_expires_at = None if external else now + _lease()
+    if external:
+        # Only this client's receipt completes it: anyone else's would be signed as the outcome.
+        operation.receipt_client_id = report.skill_executor_client_id or envelope.submitted_by
     payload = {**action_trail(envelope), "attempt": operation.attempts, "executor": executor,
                "connector": connector, "skill_id": report.skill_id}
+    if external:
+        payload["receipt_client_id"] = operation.receipt_client_id
     if takeover:
         payload["previous_executor"] = previous_executor
     ledger_append(event_type="operation.reclaimed" if takeover else "operation.running",
@@ -260,13 +266,14 @@ def lease_kept(*, operation_id: str, fence: int):
 
 
 def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], started_at: datetime,
-                  completed_at: datetime, executor: str, receipt_id: str | None = None) -> Receipt:
+                  completed_at: datetime, executor: str, receipt_id: str | None = None,
+                  posted_by: str = WORKER_ACTOR) -> Receipt:
     """Create the operation's signed receipt (in the caller's transaction)."""
     receipt = Receipt(receipt_id=receipt_id or new_id("rcpt"), operation_id=operation.operation_id,
                       action_id=operation.envelope_id, status=status, result=result,
                       result_hash=content_hash(result), started_at=started_at, completed_at=completed_at,
-                      executor=executor, governance=receipt_governance(envelope=operation.envelope),
-                      created_at=completed_at)
+                      executor=executor, posted_by=posted_by,
+                      governance=receipt_governance(envelope=operation.envelope), created_at=completed_at)
     # Sign exactly what the API shows (the representation without its signature).
     receipt.signature = sign_resource(receipt_document(receipt))
     if receipt_id is None:  # a fresh id cannot collide: no savepoint needed
@@ -285,7 +292,7 @@ def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], 
 def operation_finish(*, operation_id: str, fence: int | None, status: str, result: dict[str, Any],
                      executor: str, error: dict[str, Any] | None = None, actor: str = WORKER_ACTOR,
                      receipt_id: str | None = None, started_at: datetime | None = None,
-                     completed_at: datetime | None = None) -> Receipt | None:
+                     completed_at: datetime | None = None, posted_by: str = WORKER_ACTOR) -> Receipt | None:
     """Record the outcome of a running operation, all in one transaction.
 
     ``fence``: the claim's token; None for an ``external`` completion (no claim involved).
@@ -298,12 +305,14 @@ def operation_finish(*, operation_id: str, fence: int | None, status: str, resul
             logger.warning("execute: claim %s of %s superseded; outcome dropped", fence, operation_id)
             return None
         return _outcome_record(operation=operation, status=status, result=result, executor=executor, error=error,
-                               actor=actor, receipt_id=receipt_id, started_at=started_at, completed_at=completed_at)
+                               actor=actor, receipt_id=receipt_id, started_at=started_at, completed_at=completed_at,
+                               posted_by=posted_by)
 
 
 def _outcome_record(*, operation: Operation, status: str, result: dict[str, Any], executor: str,
                     error: dict[str, Any] | None, actor: str, receipt_id: str | None = None,
-                    started_at: datetime | None = None, completed_at: datetime | None = None) -> Receipt:
+                    started_at: datetime | None = None, completed_at: datetime | None = None,
+                    posted_by: str = WORKER_ACTOR) -> Receipt:
     """Write a running operation's outcome, in the caller's transaction, on the locked row."""
     now = timezone.now()
     succeeded = status == ReceiptStatus.SUCCEEDED
@@ -327,7 +336,8 @@ def _outcome_record(*, operation: Operation, status: str, result: dict[str, Any]
     _envelope_set_status(envelope=envelope, status=envelope_status, operation_id=operation.operation_id, actor=actor)
     receipt = receipt_issue(operation=operation, status=status, result=result,
                             started_at=started_at or operation.started_at or now,
-                            completed_at=completed_at or now, executor=executor, receipt_id=receipt_id)
+                            completed_at=completed_at or now, executor=executor, receipt_id=receipt_id,
+                            posted_by=posted_by)
     ledger_append(event_type=f"operation.{operation.status}", resource_type=OPERATION_RESOURCE,
                   resource_id=operation.operation_id, actor=actor,
                   payload={**action_trail(envelope), "receipt_id": receipt.receipt_id,
@@ -403,12 +413,23 @@ def _log_outcome(claim: Claim, status: str) -> None:
 def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str, result: dict | None = None,
                    executor: str | None = None, receipt_id: str | None = None,
                    started_at: datetime | None = None, completed_at: datetime | None = None) -> Receipt:
-    """``POST /agp/receipts``: an external executor reports the outcome of its operation."""
-    operation = Operation.objects.filter(operation_id=operation_id).first()
+    """``POST /agp/receipts``: an external executor reports the outcome of its operation.
+
+    Only the client the operation is bound to (``Operation.receipt_client_id``: the skill's
+    ``executor_client_id``, else the envelope's submitter) may: any other client's receipt
+    is a 403, since the service would sign a made-up outcome as the tool's. The receipt
+    records the client that posted it (``posted_by``).
+    """
+    operation = Operation.objects.select_related("envelope").filter(operation_id=operation_id).first()
     if operation is None:
         raise errors.invalid_fields({"operation_id": [f"No operation {operation_id!r}."]})
     if operation.envelope_id != action_id:
         raise errors.invalid_fields({"action_id": [f"Operation {operation_id!r} belongs to another action."]})
+    # An operation handed over before the binding existed falls back to its submitter.
+    bound_client = operation.receipt_client_id or operation.envelope.submitted_by
+    if operation.connector == "external" and actor != bound_client:
+        raise errors.NotPermitted(f"Only the executor client bound to operation {operation_id!r} may post its "
+                                  f"receipt.")
     if receipt_id and Receipt.objects.filter(receipt_id=receipt_id).exists():
         raise errors.duplicate_id("receipt", "receipt_id", receipt_id)
     if operation.status != OperationStatus.RUNNING or operation.connector != "external":
@@ -425,7 +446,7 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
                                 details={"connector": "external", "result": result}).as_body()["error"]
     receipt = operation_finish(operation_id=operation_id, fence=None, status=status, result=result, error=error,
                                executor=executor or actor, actor=actor, receipt_id=receipt_id,
-                               started_at=started_at, completed_at=completed_at)
+                               started_at=started_at, completed_at=completed_at, posted_by=actor)
     if receipt is None:  # another receipt won the race for this operation
         raise errors.InvalidTransition(from_state=OperationStatus.SUCCEEDED, to_state=status, allowed=[],
                                        message=f"Operation {operation_id!r} has already ended.")
@@ -462,18 +483,24 @@ def operation_cancelled_record(*, operation: Operation, actor: str, error: dict[
     _enqueue_callback(operation)
 
 
-def operation_cancel(*, operation_id: str, actor: str) -> Operation:
+def operation_cancel(*, operation_id: str, actor: str, operator: bool = False) -> Operation:
     """``PATCH /agp/operations/{id}`` ``{"status": "cancelled"}``: stop a pending operation (C8).
 
-    Under the row lock the workers claim with: a pending operation becomes ``cancelled``,
-    its budget reservation is released, its envelope ``failed`` (nothing executed), all
-    ledgered in this transaction; a worker that then receives its message sees a terminal
-    operation and skips it. Any other state is 409 ``AGP_INVALID_TRANSITION``.
+    Only the client that submitted the envelope may, or an operator (``operator``: the
+    caller holds ``CANCEL_ANY_SCOPE``); anyone else is a 403. Under the row lock the workers
+    claim with: a pending operation becomes ``cancelled``, its budget reservation is
+    released, its envelope ``failed`` (nothing executed), all ledgered in this transaction;
+    a worker that then receives its message sees a terminal operation and skips it. Any
+    other state is 409 ``AGP_INVALID_TRANSITION``.
     """
     with transaction.atomic():
         operation = _operation_locked(operation_id)
         if operation is None:
             raise errors.NotFound(f"No operation with id {operation_id!r}.")
+        if not operator and actor != operation.envelope.submitted_by:
+            raise errors.InsufficientScope(
+                [CANCEL_ANY_SCOPE], message=f"Only the client that submitted operation {operation_id!r}, or a "
+                                            f"client holding {CANCEL_ANY_SCOPE}, may cancel it.")
         if not can_proceed(operation.cancel):
             raise errors.InvalidTransition(
                 from_state=operation.status, to_state=OperationStatus.CANCELLED, allowed=[],

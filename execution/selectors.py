@@ -5,7 +5,7 @@ from typing import Any
 
 from agp_project.canonical import plain_json
 from decision.models import PolicyEvaluation
-from decision.selectors import impact_assessment_newest
+from decision.selectors import impact_assessment_standing
 from registry.models import Delegation
 
 from .models import ActionEnvelope
@@ -23,7 +23,7 @@ def receipt_governance(*, envelope: ActionEnvelope) -> dict[str, Any]:
     cleared this action, as recorded when it was accepted. Four queries."""
     evaluation = (PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref)
                   .values("evaluation_id", "policy_set_id", "ruleset_hash", "action_hash").first() or {})
-    assessment = impact_assessment_newest(task=envelope.task_id, decision=envelope.decision_ref)
+    assessment = impact_assessment_standing(task=envelope.task_id, decision=envelope.decision_ref)
     delegation = Delegation.objects.filter(delegation_id=envelope.delegation_ref).only("path").first()
     links = (Delegation.objects.filter(pk__in=delegation.chain_pks).order_by("depth")
              if delegation is not None else [])

@@ -4,15 +4,47 @@ An envelope renders as ``execution.documents.envelope_document``: the 200 of a v
 the stored envelope behind ``result_url`` and the bytes its signature covers are one body.
 """
 
+from typing import Any
 
 import rfc8785
 from rest_framework import serializers
 
 from agp_project.canonical import content_hash
-from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
+from agp_project.http.serializers import (
+    AmountField,
+    CurrencyField,
+    IdField,
+    SignatureSerializer,
+    StrictSerializer,
+    minor_units_problem,
+)
 from agp_project.net import url_guard
 
 from .documents import envelope_document
+
+
+def money_parameter_problems(parameters: dict[str, Any]) -> dict[str, list[str]]:
+    """``parameters.amount`` and ``parameters.currency`` are money (C8): the amount a JSON
+    number, the currency an ISO 4217 code, the amount within its minor units. What is
+    checked and reserved is then exactly what the tool receives."""
+    problems: dict[str, list[str]] = {}
+    amount, currency = parameters.get("amount"), parameters.get("currency")
+    if "amount" in parameters:
+        try:
+            amount = AmountField().to_internal_value(amount)
+        except serializers.ValidationError as exc:
+            problems["amount"] = list(exc.detail)
+            amount = None
+    if "currency" in parameters:
+        try:
+            CurrencyField().to_internal_value(currency)
+        except serializers.ValidationError as exc:
+            problems["currency"] = list(exc.detail)
+            currency = None
+    problem = minor_units_problem(currency if "currency" in parameters else None, amount)
+    if problem:
+        problems["amount"] = [problem]
+    return problems
 
 
 class GovernanceAttestationSerializer(serializers.Serializer):
@@ -61,6 +93,9 @@ class ActionEnvelopeSerializer(StrictSerializer):
             content_hash(value)
         except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
             raise serializers.ValidationError(f"Not representable as canonical JSON: {exc}") from None
+        problems = money_parameter_problems(value)
+        if problems:
+            raise serializers.ValidationError(problems)
         return value
 
     def validate_callback_url(self, value):

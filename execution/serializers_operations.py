@@ -83,6 +83,10 @@ class ReceiptSerializer(StrictSerializer):
     started_at = serializers.DateTimeField(required=False)
     completed_at = serializers.DateTimeField(required=False)
     executor = serializers.CharField(required=False, max_length=256, allow_blank=False)
+    posted_by = serializers.CharField(read_only=True,
+                                      help_text="The API client that posted this receipt (an external executor), or "
+                                                "agp-worker for a connector's outcome. Absent on receipts issued "
+                                                "before it was recorded (their signature does not cover it).")
     governance = serializers.JSONField(read_only=True, help_text=(
         "Why the action was allowed: decision, policy evaluation, policy set and ruleset, the action's hash, "
         "approvals, impact assessment, delegation path (root first), commerce session and payment."))

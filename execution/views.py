@@ -10,8 +10,7 @@ from rest_framework.response import Response
 from agp_project import errors
 from agp_project.http.schema import ErrorEnvelopeSerializer, documented, error_responses, read_views
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
-from core.ledger import ledger_append_client_event
-from core.models import LedgerEvent
+from core.ledger import ledger_append_client_event, ledger_events_in_chain
 from core.selectors import (
     checkpoint_document,
     checkpoint_list,
@@ -68,7 +67,6 @@ def size_parameter(name: str, description: str, required: bool = False) -> OpenA
 class LedgerEventViewSet(CreateMixin, AGPViewSet):
     """The hash-chained ledger: read it, append client events, verify it, prove events in its Merkle tree."""
 
-    queryset = LedgerEvent.objects.all()
     serializer_class = LedgerEventSerializer
     collection = "ledger-events"
     lookup_field = "sequence"
@@ -76,6 +74,9 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
     scope_group = "execution"
     filter_fields = {"event_type": "event_type", "resource_type": "resource_type",
                      "resource_id": "resource_id", "actor": "actor", "task_id": "task_id", "action_id": "action_id"}
+
+    def get_queryset(self):
+        return ledger_events_in_chain()
 
     def perform_create(self, validated, actor):
         return ledger_append_client_event(actor=actor, **validated)

@@ -12,12 +12,13 @@ from agp_project import errors
 from agp_project.http.prefer import EXECUTE, execution_mode, parse_prefer
 from agp_project.http.schema import ErrorEnvelopeSerializer, example, read_views
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
+from auth_tokens.permissions import holds_scope
 
 from . import api_docs
 from .documents import envelope_document
 from .evidence import action_evidence
 from .models import ActionEnvelope
-from .replay import replay_action
+from .replay import WHAT_IF_SCOPE, replay_action
 from .serializers import ActionEvidenceSerializer
 from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer
 from .serializers_operations import OperationSerializer, operation_representation
@@ -114,10 +115,14 @@ class ReplayView(APIView):
         summary=api_docs.REPLAY_SUMMARY, description=api_docs.REPLAY,
         parameters=[OpenApiParameter("policy_set_id", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
                                      description="Also evaluate the action's recorded policy input under this "
-                                                 "policy set (what-if).")],
+                                                 "policy set (what-if). A set other than the one the action's "
+                                                 "evaluation used needs the scope agp.policy.write: it runs a "
+                                                 "ruleset the caller chose.")],
         responses={200: ReplaySerializer,
                    400: OpenApiResponse(ErrorEnvelopeSerializer, description="Unknown query parameter or "
                                                                              "policy_set_id."),
+                   403: OpenApiResponse(ErrorEnvelopeSerializer, description="A what-if under another policy "
+                                                                             "set without agp.policy.write."),
                    404: OpenApiResponse(ErrorEnvelopeSerializer, description="No accepted action with this id.")},
     )
     def get(self, request, action_id: str):
@@ -125,4 +130,5 @@ class ReplayView(APIView):
         if unknown:
             raise errors.invalid_fields({name: ["Unknown query parameter."] for name in unknown},
                                         "Unknown query parameters.")
-        return Response(replay_action(action_id=action_id, policy_set_id=request.query_params.get("policy_set_id")))
+        return Response(replay_action(action_id=action_id, policy_set_id=request.query_params.get("policy_set_id"),
+                                      any_policy_set=holds_scope(request, WHAT_IF_SCOPE)))

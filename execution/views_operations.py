@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from agp_project import errors
 from agp_project.http.schema import NOT_FOUND, documented, error_responses, example
 from agp_project.http.viewsets import AGPViewSet, CreateMixin
-from auth_tokens.permissions import scopes_require
+from auth_tokens.permissions import holds_scope, scopes_require
 from auth_tokens.scopes import (
     BACKTEST_OPERATION_WRITE_SCOPES,
     ENVELOPE_OPERATION_WRITE_SCOPES,
@@ -18,6 +18,7 @@ from decision.selectors import backtest_by_operation
 from decision.serializers import backtest_operation_representation
 
 from . import api_docs
+from .choices import CANCEL_ANY_SCOPE
 from .models import Operation, Receipt
 from .runner import operation_cancel, receipt_submit
 from .serializers_operations import (
@@ -73,7 +74,8 @@ class OperationViewSet(AGPViewSet):
         operation_id = kwargs[self.lookup_field]
         if Operation.objects.filter(operation_id=operation_id).exists():
             scopes_require(request, ENVELOPE_OPERATION_WRITE_SCOPES)
-            operation = operation_cancel(operation_id=operation_id, actor=self.actor)
+            operation = operation_cancel(operation_id=operation_id, actor=self.actor,
+                                         operator=holds_scope(request, CANCEL_ANY_SCOPE))
             return Response(operation_representation(operation, request=request))
         if backtest_by_operation(operation_id=operation_id) is None:
             raise self._not_found(operation_id)

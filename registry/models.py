@@ -3,6 +3,8 @@
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from core.fields import ExactJSONField
+
 from .choices import (
     ActionClass,
     ActiveStatus,
@@ -70,7 +72,7 @@ class Delegation(models.Model):
     root_principal = models.CharField(max_length=128)
     delegator_agent = models.CharField(max_length=128)
     delegate_agent = models.CharField(max_length=128)
-    authority_scope = models.JSONField(default=list)
+    authority_scope = ExactJSONField(default=list)
     spend_currency = models.CharField(max_length=3, null=True, blank=True)
     spend_amount = models.DecimalField(max_digits=18, decimal_places=4, null=True, blank=True)
     max_hops_remaining = models.PositiveIntegerField()
@@ -78,8 +80,8 @@ class Delegation(models.Model):
     path = models.CharField(max_length=2048, db_index=True, blank=True, default="")
     accepted_at = models.DateTimeField()
     expires_at = models.DateTimeField()
-    signature = models.JSONField(default=dict)
-    signature_chain = models.JSONField(default=list)
+    signature = ExactJSONField(default=dict)
+    signature_chain = ExactJSONField(default=list)
     status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
@@ -126,8 +128,8 @@ class PolicySet(ConcurrentTransitionMixin, models.Model):
     name = models.CharField(max_length=256)
     version = models.CharField(max_length=64)
     publisher = models.CharField(max_length=256, blank=True, default="")
-    regulatory_frameworks = models.JSONField(default=list, blank=True)
-    jurisdictions = models.JSONField(default=list, blank=True)
+    regulatory_frameworks = ExactJSONField(default=list, blank=True)
+    jurisdictions = ExactJSONField(default=list, blank=True)
     ruleset = models.TextField()
     ruleset_hash = models.CharField(max_length=71)
     ruleset_engine = models.CharField(max_length=16, default="opa")
@@ -142,13 +144,13 @@ class PolicySet(ConcurrentTransitionMixin, models.Model):
     supersedes = models.CharField(max_length=128, null=True, blank=True)
     # The set's own tests (``{"name", "input", "expect"}``), run before it was stored, and their
     # summary; both covered by the signature (CONTRACT C12).
-    tests = models.JSONField(default=list, blank=True)
-    test_summary = models.JSONField(null=True, blank=True)
+    tests = ExactJSONField(default=list, blank=True)
+    test_summary = ExactJSONField(null=True, blank=True)
     # C14: a shadow is evaluated beside every evaluation of the set it shadows, while it is
     # active; it never decides anything and no envelope may cite an evaluation of it.
     shadow_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="shadows",
                                   to_field="policy_set_id", db_column="shadow_of")
-    signature = models.JSONField(default=dict)
+    signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
 
     def __str__(self):
@@ -169,8 +171,8 @@ class Capability(models.Model):
     delegation = models.ForeignKey(Delegation, on_delete=models.PROTECT, related_name="capabilities",
                                    to_field="delegation_id", db_column="delegation_id")
     tool_id = models.CharField(max_length=128)
-    operations = models.JSONField(default=list)
-    allowed_parameter_ranges = models.JSONField(default=dict, blank=True)
+    operations = ExactJSONField(default=list)
+    allowed_parameter_ranges = ExactJSONField(default=dict, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
     created_at = models.DateTimeField()
@@ -192,8 +194,11 @@ class Skill(models.Model):
     tool_id = models.CharField(max_length=128)
     connector = models.CharField(max_length=16, choices=Connector.choices, default=Connector.NOOP)
     endpoint_url = models.URLField(max_length=1024, blank=True, default="")
+    # external: the API client whose receipts complete this skill's operations; empty means
+    # the client that submitted the envelope (execution/runner.py, receipt_submit).
+    executor_client_id = models.CharField(max_length=128, blank=True, default="")
     # [{"name", "definition_hash"}] sorted by name: what registration listed (registry/tool_pins.py).
-    tool_pins = models.JSONField(default=list, blank=True)
+    tool_pins = ExactJSONField(default=list, blank=True)
     supersedes = models.CharField(max_length=128, null=True, blank=True)
     status = models.CharField(max_length=16, choices=SkillStatus.choices, default=SkillStatus.ACTIVE)
     created_at = models.DateTimeField()
@@ -266,7 +271,7 @@ class Freeze(ConcurrentTransitionMixin, models.Model):
     status = FSMField(max_length=16, choices=FreezeStatus.choices, default=FreezeStatus.ACTIVE, protected=True)
     lifted_at = models.DateTimeField(null=True, blank=True)
     lifted_by = models.CharField(max_length=128, blank=True, default="")
-    signature = models.JSONField(default=dict)
+    signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
 
     class Meta:

@@ -10,6 +10,9 @@ import re
 from collections.abc import Iterable
 
 WILDCARD = "*"
+# A tool id has neither ':' (the separator of ``<tool_id>:<operation>``) nor '*': with either,
+# "pay:*" would also cover a tool named "pay:admin", so ids could not be told apart in scopes.
+TOOL_ID_PATTERN = r"^[A-Za-z0-9._/-]{1,128}$"
 # Letters, digits and . _ : / - with an optional trailing ``*`` (``*`` alone allowed).
 SCOPE_PATTERN = re.compile(r"^(?:[A-Za-z0-9._:/-]{1,255}\*?|\*)$")
 
@@ -33,6 +36,11 @@ def scope_covers(parent_scopes: Iterable[str], requested: str | Iterable[str]) -
     granted = list(parent_scopes)
     wanted = [requested] if isinstance(requested, str) else list(requested)
     return all(any(scope_covered_by(g, w) for g in granted) for w in wanted)
+
+
+def tool_id_unambiguous(tool_id: str) -> bool:
+    """False for a tool id holding ':' or '*' (only rows registered before they were refused)."""
+    return ":" not in tool_id and WILDCARD not in tool_id
 
 
 def tool_scope(tool_id: str, operation: str) -> str:

@@ -6,6 +6,7 @@ One serializer per resource for request and response: server-set fields are read
 
 import math
 import re
+from decimal import Decimal
 from urllib.parse import urlsplit
 
 from drf_spectacular.utils import extend_schema_field
@@ -33,15 +34,15 @@ from .choices import (
     TaskStatus,
 )
 from .documents import delegation_document, freeze_document, policy_set_document
-from .scopes import is_valid_scope
+from .scopes import TOOL_ID_PATTERN, is_valid_scope
 
 # A chain's depth is bounded by the hops its root grants; 64 keeps every materialised
 # path (13 characters a link) well inside its 2048-character column.
 MAX_HOPS = 64
 NAME_MAX = 128
 PARAMETER_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
-TOOL_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
-TOOL_MESSAGE = "A tool id is 1-128 characters of letters, digits and . _ : / -."
+TOOL_PATTERN = TOOL_ID_PATTERN
+TOOL_MESSAGE = "A tool id is 1-128 characters of letters, digits and . _ / - (no ':' or '*', which scopes use)."
 OPERATION_PATTERN = r"^[A-Za-z0-9._/-]{1,128}$"
 OPERATION_MESSAGE = "An operation is 1-128 characters of letters, digits and . _ / -."
 
@@ -223,6 +224,9 @@ class TaskStatusSerializer(StrictSerializer):
 
 # --- capabilities -------------------------------------------------------------------------
 def _is_number(value) -> bool:
+    """A JSON number as the parser reads it: an int, or an exact Decimal (never a string)."""
+    if isinstance(value, Decimal):
+        return value.is_finite()
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -351,6 +355,10 @@ class SkillSerializer(StrictSerializer):
     endpoint_url = HttpUrlField(max_length=1024, required=False, allow_blank=True,
                                 help_text="Required for the http and mcp connectors; checked against SSRF at "
                                           "registration and at execution.")
+    executor_client_id = serializers.CharField(
+        max_length=128, required=False, allow_null=True,
+        help_text="external: the API client (client_id) whose POST /agp/receipts completes this skill's operations. "
+                  "Absent: the client that submitted the envelope. Any other client's receipt is a 403.")
     tool_pins = ToolPinSerializer(many=True, read_only=True,
                                   help_text="mcp: the tools the server listed at registration, by name, with "
                                             "sha256 of each definition (name, description, inputSchema).")
@@ -364,7 +372,14 @@ class SkillSerializer(StrictSerializer):
         connector = attrs.get("connector")
         if connector in ENDPOINT_CONNECTORS and not attrs.get("endpoint_url"):
             raise serializers.ValidationError({"endpoint_url": [f"Required for the {connector} connector."]})
+        if attrs.get("executor_client_id") and connector != Connector.EXTERNAL:
+            raise serializers.ValidationError({"executor_client_id": ["Only an external skill has an executor client."]})
         return attrs
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        data["executor_client_id"] = data.get("executor_client_id") or None
+        return data
 
 
 # --- liability bindings -------------------------------------------------------------------

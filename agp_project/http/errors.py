@@ -10,6 +10,7 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 from rest_framework import exceptions as drf
 
 from agp_project import errors
+from agp_project.exactjson import ExactJSONEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ def _forbidden(exc) -> errors.AGPError:
 
 
 def error_response(err: errors.AGPError) -> JsonResponse:
-    response = JsonResponse(err.as_body(), status=err.status_code)
+    response = JsonResponse(err.as_body(), status=err.status_code, encoder=ExactJSONEncoder,
+                            json_dumps_params={"ensure_ascii": False})
     for name, value in err.headers.items():
         response[name] = value
     return response

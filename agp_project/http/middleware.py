@@ -14,12 +14,20 @@ from agp_project.request_context import HEADER, META_KEY, bind_request_id, reque
 
 
 class BodySizeLimitMiddleware:
-    """413 for bodies over ``AGP_MAX_BODY_BYTES`` (1 MiB), before anything reads them."""
+    """413 for bodies over ``AGP_MAX_BODY_BYTES`` (1 MiB), before anything reads them; 411 for
+    a chunked body.
+
+    Django reads a body by its Content-Length: a chunked one (no Content-Length) would be
+    read as empty and the request processed as if nothing had been sent. It is refused
+    instead (411 Length Required, RFC 9110 15.5.12), so a client learns to send the length.
+    """
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
+        if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+            return error_response(errors.LengthRequired())
         if request.method in ("POST", "PUT", "PATCH"):
             try:
                 length = int(request.META.get("CONTENT_LENGTH") or 0)

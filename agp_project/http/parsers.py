@@ -1,36 +1,55 @@
-from rest_framework.exceptions import ParseError
+"""The one request body parser: strict JSON, numbers exact (CONTRACT C1, C2).
+
+Malformed input is a 400 before anything reads it: duplicate keys (one reader would take
+the first, another the last), ``NaN``/``Infinity`` and other non-JSON numbers, numbers
+longer than ``exactjson.MAX_NUMBER_DIGITS`` digits, NUL characters and lone UTF-16
+surrogates (neither PostgreSQL nor a hash can take them), bytes that are not UTF-8, and
+nesting past the parser's recursion limit. Where it is known, ``details.fields`` names
+the field (a dotted path into the body).
+"""
+
+import json
+
 from rest_framework.parsers import JSONParser
+
+from agp_project import errors
+from agp_project.exactjson import JSONInputError, bad_text, loads
+
+
+class MalformedBody(errors.InvalidRequest):
+    """400 for a body that is not acceptable JSON (raised by the parser, mapped as any AGPError)."""
+
+    def __init__(self, problem: str, *, field: str | None = None):
+        details = {"fields": {field: [problem]}} if field is not None else {"errors": [problem]}
+        super().__init__(f"Malformed request body: {problem}", details=details)
 
 
 class StrictJSONParser(JSONParser):
-    """JSON bodies only; DRF's JSONParser already refuses NaN and Infinity (strict mode)."""
+    """JSON bodies only, read by ``exactjson.loads`` and checked for unstorable strings."""
 
     media_type = "application/json"
 
     def parse(self, stream, media_type=None, parser_context=None):
+        raw = stream.read() if stream is not None else b""
         try:
-            data = super().parse(stream, media_type, parser_context)
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedBody(f"the body is not UTF-8 (byte {exc.start}).") from None
+        try:
+            data = loads(text)
+        except JSONInputError as exc:
+            raise MalformedBody(exc.message, field=exc.field) from None
+        except json.JSONDecodeError as exc:
+            raise MalformedBody(f"{exc.msg} at line {exc.lineno} column {exc.colno}.") from None
         except RecursionError:
-            # A body nested deeper than the parser's recursion limit is malformed input (400),
-            # not a server fault.
-            raise ParseError("JSON parse error - nested too deeply.") from None
-        if has_nul(data):
-            # PostgreSQL cannot store NUL in text or jsonb: refuse it here (400), on every database.
-            raise ParseError("JSON parse error - NUL characters (\\u0000) are not accepted.")
+            raise MalformedBody("nested too deeply.") from None
+        found = bad_text(data)
+        if found:
+            path, problem = found
+            raise MalformedBody(problem, field=path)
         return data
 
 
 def has_nul(value) -> bool:
-    """Whether any string (key or value) in a parsed JSON document holds a NUL character."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+    """Whether any string (key or value) in a parsed JSON document holds NUL or a lone surrogate."""
+    return bad_text(value) is not None

@@ -56,9 +56,14 @@ SHARED_ERRORS = {
     "503": "AGP_UNAVAILABLE: the database or the broker is unreachable; nothing was written.",
 }
 PATH_ERRORS = {"404": "AGP_NOT_FOUND: no such id."}
+# What the body-size middleware answers on any request with a body, /oauth/token included.
+BODY_ERRORS = {
+    "411": "AGP_INVALID_REQUEST: the body was sent chunked; send it with a Content-Length.",
+    "413": "AGP_PAYLOAD_TOO_LARGE: the body is over the size limit.",
+}
 WRITE_ERRORS = {
     "409": "AGP_CONFLICT: the id already exists, or a request with this Idempotency-Key is in flight.",
-    "413": "AGP_PAYLOAD_TOO_LARGE: the body is over the size limit.",
+    **BODY_ERRORS,
     "415": "AGP_UNSUPPORTED_MEDIA_TYPE: the body is not a JSON object.",
     "422": "AGP_IDEMPOTENCY_KEY_MISMATCH: this Idempotency-Key was used with another request.",
 }
@@ -153,7 +158,7 @@ def documented(serializer, docs: ResourceDocs, *, create: dict[int, str] | None 
 
 # --- Postprocessing hooks (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]) -------------------
 
-def _error_response(description: str) -> dict[str, Any]:
+def error_envelope_response(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": {"$ref": ERROR_ENVELOPE_REF}}}}
 
 
@@ -176,7 +181,7 @@ def shared_responses(result, generator, request, public):
                     parameters.append(dict(IDEMPOTENCY_KEY))
             responses = operation.setdefault("responses", {})
             for code, text in shared.items():
-                responses.setdefault(code, _error_response(text))
+                responses.setdefault(code, error_envelope_response(text))
             operation["responses"] = dict(sorted(responses.items()))
     return result
 

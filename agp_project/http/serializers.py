@@ -1,9 +1,12 @@
 """Strict request parsing (CONTRACT C1): unknown and read-only fields are a 400."""
 
 from datetime import datetime
+from decimal import Decimal
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
 from agp_project.ids import ID_PATTERN
 
 
@@ -60,9 +63,79 @@ class IdField(serializers.RegexField):
         super().__init__(ID_PATTERN, **kwargs)
 
 
+@extend_schema_field({"type": "string", "pattern": "^[A-Z]{3}$", "description": "An ISO 4217 currency code."})
+class CurrencyField(serializers.Field):
+    """An ISO 4217 currency code that has minor units (``agp_project.currencies``)."""
+
+    default_error_messages = {"invalid": "Must be an ISO 4217 currency code such as USD, EUR or JPY."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str) or minor_units(data) is None:
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+@extend_schema_field({"type": "number", "description": "A JSON number (never a string), exact; at most as many "
+                                                       "decimals as the currency's ISO 4217 minor units."})
+class AmountField(serializers.Field):
+    """A money amount: a JSON number, read exactly (a Decimal), ``0 <= amount < 10^14``
+    (``positive``: above 0). A string (``"1e-2"``, ``"1_000"``) is refused, not converted:
+    a tool must receive the very amount that was checked and reserved."""
+
+    default_error_messages = {
+        "not_a_number": "Must be a JSON number, not a string or another type.",
+        "negative": "Must not be negative.",
+        "not_positive": "Must be greater than 0.",
+        "too_large": f"Must be less than {MAX_AMOUNT:f}.",
+    }
+
+    def __init__(self, *, positive: bool = False, **kwargs):
+        self.positive = positive
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, Decimal)):
+            self.fail("not_a_number")
+        value = Decimal(data)
+        if not value.is_finite():
+            self.fail("not_a_number")
+        if value < 0:
+            self.fail("negative")
+        if self.positive and value == 0:
+            self.fail("not_positive")
+        if value >= MAX_AMOUNT:
+            self.fail("too_large")
+        return value
+
+    def to_representation(self, value):
+        return Decimal(value)
+
+
+def minor_units_problem(currency: str | None, amount: Decimal | None) -> str | None:
+    """Why ``amount`` has more decimals than ``currency`` allows, or None."""
+    if currency is None or amount is None:
+        return None
+    units = minor_units(currency)
+    if units is not None and decimals_of(amount) > units:
+        return (f"{currency} has {units} decimal{'s' if units != 1 else ''} (ISO 4217 minor units); "
+                f"{amount} has more. Amounts are never rounded.")
+    return None
+
+
 class MoneySerializer(StrictSerializer):
-    currency = serializers.RegexField(r"^[A-Z]{3}$")
-    amount = serializers.DecimalField(max_digits=18, decimal_places=4, min_value=0)
+    """``{"currency", "amount"}``: an ISO 4217 code and an exact JSON number within its minor units."""
+
+    currency = CurrencyField()
+    amount = AmountField()
+
+    def validate(self, attrs):
+        problem = minor_units_problem(attrs.get("currency"), attrs.get("amount"))
+        if problem:
+            raise serializers.ValidationError({"amount": [problem]})
+        return attrs
 
 
 class SignatureSerializer(serializers.Serializer):

@@ -5,7 +5,9 @@ filesystem broker under ``var/``. Production points ``AGP_DATABASE_URL`` at Post
 ``AGP_BROKER_URL`` at Redis.
 """
 
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -20,7 +22,26 @@ DEBUG = env_bool("AGP_DEBUG", False)
 # Only signs Django admin sessions and CSRF tokens; API tokens use AGP_AUTH_SECRET. Never
 # the auth secret itself: unset, a random key is generated once under var/.
 SECRET_KEY = env_str("AGP_DJANGO_SECRET_KEY") or secret_from_file(VAR_DIR / "django-secret-key")
-ALLOWED_HOSTS = env_list("AGP_ALLOWED_HOSTS", ["*"])
+# The loopback names: what a local run answers to, and what health checks on the host use.
+LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+
+
+def _allowed_hosts(base_url: str | None) -> list[str]:
+    """AGP_ALLOWED_HOSTS when given; else the host of AGP_BASE_URL and the loopback names; else
+    only the loopback names. Never "*" by default: without AGP_BASE_URL, the Host header
+    becomes the Location, status_url and result_url a client is sent to."""
+    configured = env_list("AGP_ALLOWED_HOSTS", [])
+    if configured:
+        return configured
+    if base_url:
+        host = urlsplit(base_url).hostname
+        if not host:
+            raise ImproperlyConfigured(f"AGP_BASE_URL must be an absolute URL, got {base_url!r}")
+        return [f"[{host}]" if ":" in host else host, *LOOPBACK_HOSTS]
+    return list(LOOPBACK_HOSTS)
+
+
+ALLOWED_HOSTS = _allowed_hosts(env_str("AGP_BASE_URL"))
 CSRF_TRUSTED_ORIGINS = env_list("AGP_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -39,6 +60,7 @@ INSTALLED_APPS = [
     "decision",
     "execution",
     "auditing",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -60,7 +82,23 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "auth_tokens.middleware.ClientMiddleware",
     "core.idempotency.IdempotencyMiddleware",
+    # Last, as django-axes asks: refuses a locked-out admin login (429) before the view runs.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Admin login throttle (django-axes; docs/decisions/hostile-input.md) -----------------
+# Failed admin logins are counted per username and per source address (either one reaching
+# the limit locks it out) in the database; a lockout lasts AGP_ADMIN_LOCKOUT_MINUTES and a
+# successful login resets the count. API clients never log in here (tokens only).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("AGP_ADMIN_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AGP_ADMIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+# Lockouts are handled with `manage.py axes_reset` (and axes_list_attempts), not admin pages:
+# the admin stays the read-only auditors' view of AGP's own records.
+AXES_ENABLE_ADMIN = False
 
 ROOT_URLCONF = "agp_project.urls"
 WSGI_APPLICATION = "agp_project.wsgi.application"
@@ -129,6 +167,8 @@ AGP_CLIENT_ID = env_str("AGP_CLIENT_ID")
 AGP_CLIENT_SECRET = env_str("AGP_CLIENT_SECRET")
 AGP_TOKEN_TTL_SECONDS = env_int("AGP_TOKEN_TTL_SECONDS", 3600, minimum=1)
 AGP_TOKEN_ISSUER = env_str("AGP_TOKEN_ISSUER", "agp")
+# "aud" of the tokens, required on every token presented (RFC 7519 4.1.3).
+AGP_TOKEN_AUDIENCE = env_str("AGP_TOKEN_AUDIENCE", "agp")
 AGP_TOKEN_FAILURES_PER_MINUTE = env_int("AGP_TOKEN_FAILURES_PER_MINUTE", 10, minimum=1)
 
 # --- Signing (CONTRACT C9) ------------------------------------------------------------
@@ -146,6 +186,12 @@ except ValueError:
     raise ImproperlyConfigured("AGP_OPA_TIMEOUT_SECONDS must be a number of seconds") from None
 if not 0 < AGP_OPA_TIMEOUT_SECONDS < float("inf"):
     raise ImproperlyConfigured("AGP_OPA_TIMEOUT_SECONDS must be greater than 0")
+# Every ruleset runs in an engine process under these limits (core/engine/sandbox.py): past
+# either, the evaluation is allow: false. Per web or worker process, at most this many
+# engine processes (started on first use).
+AGP_POLICY_TIMEOUT_MS = env_int("AGP_POLICY_TIMEOUT_MS", 500, minimum=10)
+AGP_POLICY_MEMORY_MB = env_int("AGP_POLICY_MEMORY_MB", 256, minimum=128)
+AGP_POLICY_PROCESSES = env_int("AGP_POLICY_PROCESSES", 4, minimum=1)
 AGP_ALLOW_PRIVATE_URLS = env_bool("AGP_ALLOW_PRIVATE_URLS", False)
 # Receivers hold this key, so it must never be the token-signing AGP_AUTH_SECRET (whoever
 # holds that can mint tokens). Unset: generated once under var/ (`manage.py callback_secret`).
@@ -163,6 +209,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(BROKER_DIR),
         "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
+        # The folder is polled: with prefetch 1 a worker takes one message a poll, so kombu's
+        # default of one poll a second would cap the embedded setup at one task a second.
+        "polling_interval": 0.1,
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -173,11 +222,11 @@ else:
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-# Messages a worker process reserves ahead of the one it runs: with 1, every task waited for
-# the previous one's acknowledgement and a broker round trip before it could start. Late
-# acknowledgement still holds for reserved messages (a warm shutdown returns them at once;
-# after a kill, the visibility timeout or agp.recover_operations brings them back).
-CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("AGP_WORKER_PREFETCH", 4, minimum=1)
+# Messages a worker process reserves ahead of the one it runs: 1, as CONTRACT C8 says. A
+# worker killed with kill -9 strands what it reserved until the broker's visibility timeout
+# or agp.recover_operations brings it back (docs/reliability.md measures how long); with 1,
+# that is the one operation it was running and at most one more.
+CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("AGP_WORKER_PREFETCH", 1, minimum=1)
 # Celery's Django fixup closes every database connection before and after each task unless
 # this is set: a new PostgreSQL backend per task (connect, authenticate, cold catalog caches)
 # cost more than the task itself. Connections are kept instead, and recycled like the web
@@ -231,7 +280,7 @@ CELERY_BEAT_SCHEDULE["core.checkpoint"] = {
 
 # --- REST framework -------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["agp_project.http.renderers.ExactJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["agp_project.http.parsers.StrictJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["auth_tokens.authentication.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["auth_tokens.permissions.HasGroupScope"],
@@ -241,6 +290,9 @@ REST_FRAMEWORK = {
     "COERCE_DECIMAL_TO_STRING": False,
     "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    # The test client writes bodies with the API's own renderer: a Decimal stays exact.
+    "TEST_REQUEST_RENDERER_CLASSES": ["agp_project.http.renderers.ExactJSONRenderer",
+                                      "rest_framework.renderers.MultiPartRenderer"],
 }
 
 SPECTACULAR_SETTINGS = {
@@ -319,6 +371,7 @@ LOGGING = {
         "django.request": {"level": "ERROR"},
         "celery.beat": {"filters": ["quiet_idle_sweeps"]},
         "celery.worker.strategy": {"filters": ["quiet_idle_sweeps"]},
+        "celery.worker.request": {"filters": ["quiet_idle_sweeps"]},
         "celery.app.trace": {"filters": ["quiet_idle_sweeps"]},
         # The MCP SDK and its HTTP client log every request at INFO; the connector logs what matters.
         "httpx2": {"level": "WARNING"},

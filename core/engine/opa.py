@@ -16,6 +16,8 @@ from typing import Any
 
 import requests
 
+from agp_project.exactjson import dumps
+
 from .result import EvaluationResult, RuleValues, clean_error, decide, failure
 
 ENGINE_NAME = "opa"
@@ -44,8 +46,10 @@ def evaluate(*, base_url: str, package: str, input: dict[str, Any], timeout: flo
         return failure(f"policy evaluation error: package {package!r} has no OPA Data API path",
                        engine=ENGINE_NAME, package=package)
     try:
-        response = _session().post(url, params={"strict-builtin-errors": "true"}, json={"input": input},
-                                 timeout=timeout)
+        # Exact numbers (a Decimal input member is its JSON number, not a float's).
+        response = _session().post(url, params={"strict-builtin-errors": "true"},
+                                   data=dumps({"input": input}).encode("utf-8"),
+                                   headers={"Content-Type": "application/json"}, timeout=timeout)
     except requests.RequestException as exc:
         return failure(clean_error("OPA unreachable", exc), engine=ENGINE_NAME, package=package)
     try:

@@ -127,14 +127,18 @@ def _deny_value(engine: Any, path: str) -> Any:
     return json.loads(raw)
 
 
-def evaluate_compiled(compiled: CompiledPolicy, input: dict[str, Any]) -> EvaluationResult:
-    """Evaluate the three rules of a compiled ruleset for ``input``."""
+def evaluate_compiled(compiled: CompiledPolicy, input: dict[str, Any] | str) -> EvaluationResult:
+    """Evaluate the three rules of a compiled ruleset for ``input`` (an object, or its JSON text:
+    the engine process passes the text on as it came, so numbers reach regorus unrounded)."""
     if compiled.error is not None:
         return failure(compiled.error, engine=ENGINE_NAME)
     values = RuleValues()
     try:
         engine = compiled.engine.clone()
-        engine.set_input(input)
+        if isinstance(input, str):
+            engine.set_input_json(input)
+        else:
+            engine.set_input(input)
     except BaseException as exc:  # noqa: BLE001
         if _is_fatal(exc):
             raise

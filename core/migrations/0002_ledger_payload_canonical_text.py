@@ -5,13 +5,25 @@ form of each stored payload, the jsonb column dropped and the new one renamed. N
 hashed changes: ``payload_hash`` already covers the canonical form.
 """
 
+import json
+
 from django.db import migrations, models
 
 import core.fields
-from agp_project.canonical import canonical_json
-from core.fields import load_json
+from agp_project.canonical import INT_LIMIT, canonical_json
 
 BATCH = 2000
+
+
+def load_json(text: str):
+    """Canonical or jsonb text as this migration's columns held it: fractions as floats (the
+    jsonb column of the reverse direction cannot take Decimals), integers beyond 2**53 as the
+    floats they were written from."""
+    def number(literal: str):
+        value = int(literal)
+        return value if -INT_LIMIT <= value <= INT_LIMIT else float(literal)
+
+    return json.loads(text, parse_int=number)
 
 
 def _batches(connection, column_sql: str):

@@ -79,6 +79,7 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
         report.skill_id = state.skill.skill_id
         report.skill_connector, report.skill_endpoint_url = state.skill.connector, state.skill.endpoint_url
         report.skill_tool_pins = state.skill.tool_pins or []
+        report.skill_executor_client_id = state.skill.executor_client_id
     approval_outcome, approval = check_approval(approval=state.approval, task=task, evaluation=state.evaluation,
                                                 inputs=inputs)
     if approval is not None:

@@ -106,6 +106,7 @@ class CheckReport:
     skill_connector: str | None = None
     skill_endpoint_url: str = ""
     skill_tool_pins: list[dict[str, str]] = field(default_factory=list)
+    skill_executor_client_id: str = ""
     chain_delegation_pks: list[int] = field(default_factory=list)
     # The active freezes that fail check 11, as ``details.freezes`` names them.
     freezes: list[dict[str, Any]] = field(default_factory=list)

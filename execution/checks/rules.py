@@ -12,10 +12,11 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from agp_project.canonical import action_hash
+from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
 from decision.models import Approval, CommerceSession, Escalation, ImpactAssessment, PolicyEvaluation
 from decision.selectors import ZERO, impact_assessment_required
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Skill, Task, path_pks
-from registry.scopes import scope_covers, tool_scope
+from registry.scopes import scope_covers, tool_id_unambiguous, tool_scope
 from registry.selectors import delegation_links_problem, freeze_targets_text
 from registry.tool_pins import mcp_pins_problem
 
@@ -24,8 +25,8 @@ from ..models import Payment
 from .report import EnvelopeInputs, Outcome
 
 CLOCK_SKEW = timedelta(seconds=60)
-AMOUNT_QUANTUM = Decimal("0.0001")
-MAX_AMOUNT = Decimal("1e14")  # DecimalField(max_digits=18, decimal_places=4)
+# Where the currency is unknown, the most any ISO 4217 currency has (the DecimalField's 4 places).
+MAX_DECIMALS = 4
 
 
 def _expired(value: datetime | None, now: datetime) -> bool:
@@ -33,36 +34,40 @@ def _expired(value: datetime | None, now: datetime) -> bool:
 
 
 def to_decimal(value: Any) -> Decimal | None:
-    """A finite number as a Decimal (a JSON number or a numeric string), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+    """A finite JSON number as a Decimal, else None. A numeric *string* is None: an amount
+    sent as ``"1e-2"`` must not be reserved as 0.01 while the tool receives the string."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
         return None
     try:
-        number = Decimal(str(value))
+        number = value if isinstance(value, Decimal) else Decimal(str(value))
     except InvalidOperation:
         return None
     return number if number.is_finite() else None
 
 
-def amount_problem(amount: Decimal | None) -> str | None:
-    """Why ``amount`` cannot be transacted, or None when it can."""
+def amount_problem(amount: Decimal | None, currency: Any = None) -> str | None:
+    """Why ``amount`` (in ``currency``, when known) cannot be transacted, or None when it can."""
     if amount is None or amount <= 0:
-        return "a transact action needs parameters.amount, a number greater than 0"
-    # Compared with the limit first: quantizing an amount beyond Decimal's precision raises.
-    if amount >= MAX_AMOUNT or amount != amount.quantize(AMOUNT_QUANTUM):
-        # Amounts are stored with 4 decimal places: a finer amount would be rounded on one
-        # side of the ledger and not the other.
-        return f"parameters.amount {amount} has more than 4 decimal places or is too large"
+        return "a transact action needs parameters.amount, a JSON number greater than 0"
+    if amount >= MAX_AMOUNT:
+        return f"parameters.amount {amount} is too large"
+    units = minor_units(currency) if isinstance(currency, str) else None
+    allowed = MAX_DECIMALS if units is None else units
+    if decimals_of(amount) > allowed:
+        # Never rounded: the amount reserved must be the amount the tool receives.
+        return (f"parameters.amount {amount} has more decimals than {currency if units is not None else 'any currency'} "
+                f"has ({allowed})")
     return None
 
 
 def usable_amount(parameters: dict[str, Any]) -> Decimal | None:
     """``parameters.amount`` when it can be transacted, else None."""
     amount = to_decimal(parameters.get("amount"))
-    return None if amount_problem(amount) else amount
+    return None if amount_problem(amount, parameters.get("currency")) else amount
 
 
 def is_currency(value: Any) -> bool:
-    return isinstance(value, str) and len(value) == 3
+    return isinstance(value, str) and minor_units(value) is not None
 
 
 def parameters_violations(parameters: dict[str, Any], ranges: dict[str, Any]) -> list[str]:
@@ -154,6 +159,11 @@ def check_delegation(*, task: Task | None, inputs: EnvelopeInputs, candidates: l
 def check_capability(*, capability: Capability | None, skill: Skill | None, delegation: Delegation | None,
                      inputs: EnvelopeInputs, now: datetime) -> Outcome:
     problems = []
+    if not tool_id_unambiguous(inputs.tool_id):
+        # A tool registered before ':' and '*' were refused: in a scope "pay:*" it could not be
+        # told from tool "pay"'s operations, so no delegation scope can be read as covering it.
+        problems.append(f"tool id {inputs.tool_id!r} contains ':' or '*', which scopes use as separators; "
+                        f"register the tool under an id without them")
     if capability is None:
         problems.append(f"capability {inputs.capability_token_ref!r} does not exist")
     else:
@@ -350,12 +360,12 @@ def check_commerce(*, task: Task | None, inputs: EnvelopeInputs, delegation: Del
     problems = []
     amount = to_decimal(inputs.parameters.get("amount"))
     currency = inputs.parameters.get("currency")
-    problem = amount_problem(amount)
+    problem = amount_problem(amount, currency)
     if problem:
         problems.append(problem)
         amount = None
     if not is_currency(currency):
-        problems.append("a transact action needs parameters.currency, a 3-letter currency code")
+        problems.append("a transact action needs parameters.currency, an ISO 4217 currency code")
         currency = None
 
     if session is None:

@@ -11,7 +11,8 @@ tests/execution/test_checks.py:
   envelope with this ``action_id`` was already accepted;
 - the matching freezes themselves, in one query, only when one exists (or when there is
   no task to ask): an envelope that nothing freezes pays nothing for the check;
-- the newest impact assessment, when rule 5 asks for one;
+- the standing impact assessment (a ``do_not_proceed`` one if any, else the newest), when
+  rule 5 asks for one;
 - the agent's delegation candidates for the task's root principal, then every link of
   their chains in one query;
 - for ``transact``: the commerce session, the liability binding, the spending under each
@@ -34,8 +35,8 @@ from decision.selectors import (
     approvals_standing,
     commerce_spending_under,
     escalations_blocking,
-    impact_assessment_newest,
     impact_assessment_required,
+    impact_assessment_standing,
 )
 from registry.choices import ActionClass, ActiveStatus, RevocationTarget
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Revocation, Skill, Task, path_pks
@@ -134,7 +135,7 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     if task is None:
         return state
     if impact_assessment_required(task=task):
-        state.assessment = impact_assessment_newest(task=task, decision=inputs.decision_ref)
+        state.assessment = impact_assessment_standing(task=task, decision=inputs.decision_ref)
     _load_delegations(state, inputs=inputs, now=now)
     if task.action_class == ActionClass.TRANSACT:
         _load_commerce(state, inputs=inputs, now=now, held_on=held_on, amount=amount)

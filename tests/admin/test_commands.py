@@ -8,10 +8,16 @@ from django.contrib.auth import authenticate
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management import call_command, get_commands, load_command_class
 from django.core.management.base import CommandError
+from django.test import RequestFactory
 from django.utils import timezone
 
 from core.auditors import AUDITORS_GROUP, auditor_group_ensure
 from core.models import IdempotencyRecord, LedgerEvent
+
+
+def _login_request():
+    """django-axes counts admin logins per request: authenticate() needs one."""
+    return RequestFactory().post("/admin/login/")
 
 
 def run(*args) -> str:
@@ -35,7 +41,7 @@ def test_it_creates_an_auditor_with_a_generated_password_shown_once(db):
 
     password = next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("password: "))
     user = User.objects.get(username="carol")
-    assert authenticate(username="carol", password=password) == user
+    assert authenticate(_login_request(), username="carol", password=password) == user
     assert user.is_staff and not user.is_superuser
     assert list(user.groups.values_list("name", flat=True)) == [AUDITORS_GROUP]
     assert user.get_all_permissions() == {f"{p.content_type.app_label}.{p.codename}"
@@ -50,7 +56,7 @@ def test_it_creates_an_auditor_with_the_given_password(db):
     out = run("create_auditor", "--username", "dave", "--password", "s3cret-enough", "--email", "d@example.org")
 
     assert "password:" not in out
-    assert authenticate(username="dave", password="s3cret-enough").email == "d@example.org"
+    assert authenticate(_login_request(), username="dave", password="s3cret-enough").email == "d@example.org"
 
 
 def test_it_refuses_to_turn_an_existing_user_into_an_auditor(db):
@@ -59,7 +65,7 @@ def test_it_refuses_to_turn_an_existing_user_into_an_auditor(db):
     with pytest.raises(CommandError, match="already exists"):
         run("create_auditor", "--username", "erin", "--password", "other")
 
-    assert authenticate(username="erin", password="original") is not None
+    assert authenticate(_login_request(), username="erin", password="original") is not None
     assert not User.objects.get(username="erin").groups.exists()
     assert not LedgerEvent.objects.filter(event_type="auditor.created").exists()
 

@@ -71,14 +71,20 @@ class LiveServer:
     signing_key: object = None
 
     @classmethod
-    def start(cls, workdir: Path, env: dict[str, str], db_url: str) -> LiveServer:
+    def start(cls, workdir: Path, env: dict[str, str], db_url: str, *, workers: int = 2,
+              threads: int = 1) -> LiveServer:
+        """gunicorn with ``workers`` processes; ``threads`` > 1 runs them as scripts/serve does
+        (gthread). The checkout's gunicorn.conf.py (request limits) applies either way."""
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         log_path = workdir / "gunicorn.log"
         log = open(log_path, "wb")  # noqa: SIM115 - closed by the child's exit
+        worker_class = ["--worker-class", "gthread", "--threads", str(threads)] if threads > 1 else [
+            "--worker-class", "sync"]
         process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "agp_project.wsgi:application", "--bind", f"127.0.0.1:{port}",
-             "--workers", "2", "--worker-class", "sync", "--timeout", "30", "--graceful-timeout", "2"],
+            [sys.executable, "-m", "gunicorn", "agp_project.wsgi:application", "-c", str(REPO / "gunicorn.conf.py"),
+             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), *worker_class, "--timeout", "30",
+             "--graceful-timeout", "2"],
             cwd=REPO, env=_server_env(workdir, db_url, env), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         server = cls(url=f"http://127.0.0.1:{port}", workdir=workdir, process=process, log_path=log_path)

@@ -23,7 +23,7 @@ def token_request(api, form: dict | None = None, *, basic: tuple[str, str] | Non
 def claims(**overrides) -> dict:
     """Claims of a token the server would accept for ``test-client``, before signing."""
     now = int(time.time())
-    base = {"token_type": "access", "iss": "agp", "sub": "test-client", "iat": now, "exp": now + 600,
+    base = {"token_type": "access", "iss": "agp", "aud": "agp", "sub": "test-client", "iat": now, "exp": now + 600,
             "jti": uuid.uuid4().hex, "scope": " ".join(ALL_SCOPES), "gen": 0}
     base.update(overrides)
     return {k: v for k, v in base.items() if v is not None}

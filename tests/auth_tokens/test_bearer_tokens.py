@@ -61,6 +61,9 @@ REJECTED = {
     "tampered-signature": lambda: "Bearer " + _flip_signature(_valid()),
     "wrong-issuer": lambda: "Bearer " + sign(claims(iss="someone")),
     "no-issuer": lambda: "Bearer " + sign(claims(iss=None)),
+    # Signed with the right secret for another service, or for none: the audience decides.
+    "wrong-audience": lambda: "Bearer " + sign(claims(aud="billing")),
+    "no-audience": lambda: "Bearer " + sign(claims(aud=None)),
     "no-expiry": lambda: "Bearer " + sign(claims(exp=None)),
     # Signed with the right secret, so only the expiry's value can fail: past Python's
     # datetime (year 33658), past any integer type, not a number.

@@ -62,13 +62,15 @@ def test_it_signs_tokens_hs256_with_the_contract_claims(api, reader):
     body = token_request(api, {"grant_type": "client_credentials"}, basic=(client.client_id, secret)).json()
     token = body["access_token"]
     assert jwt.get_unverified_header(token)["alg"] == "HS256"
-    payload = jwt.decode(token, AUTH_SECRET, algorithms=["HS256"], issuer="agp")
-    assert {"iss", "sub", "iat", "exp", "jti", "scope"} <= set(payload)
+    payload = jwt.decode(token, AUTH_SECRET, algorithms=["HS256"], issuer="agp", audience="agp")
+    assert {"iss", "aud", "sub", "iat", "exp", "jti", "scope"} <= set(payload)
+    assert payload["aud"] == "agp"
     assert payload["sub"] == "svc:reader"
     assert payload["scope"] == " ".join(READERS)
     assert payload["exp"] - payload["iat"] == 3600
     again = token_request(api, {"grant_type": "client_credentials"}, basic=(client.client_id, secret)).json()
-    assert jwt.decode(again["access_token"], AUTH_SECRET, algorithms=["HS256"], issuer="agp")["jti"] != payload["jti"]
+    assert jwt.decode(again["access_token"], AUTH_SECRET, algorithms=["HS256"], issuer="agp",
+                      audience="agp")["jti"] != payload["jti"]
 
 
 def test_it_honours_the_token_lifetime_setting(api, reader, settings):
@@ -76,7 +78,7 @@ def test_it_honours_the_token_lifetime_setting(api, reader, settings):
     client, secret = reader
     body = assert_token_response(token_request(api, {"grant_type": "client_credentials", "client_id": client.client_id,
                                                      "client_secret": secret}), scopes=READERS, ttl=120)
-    payload = jwt.decode(body["access_token"], AUTH_SECRET, algorithms=["HS256"], issuer="agp")
+    payload = jwt.decode(body["access_token"], AUTH_SECRET, algorithms=["HS256"], issuer="agp", audience="agp")
     assert payload["exp"] - payload["iat"] == 120
 
 

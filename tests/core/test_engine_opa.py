@@ -187,6 +187,21 @@ def test_it_refuses_a_ruleset_that_does_not_compile_without_asking_opa(opa):
     assert opa.requests == []
 
 
+def test_a_ruleset_that_runs_away_while_compiling_is_stopped_without_asking_opa(opa, settings):
+    # Compiling ends with a warm-up evaluation: it runs in the engine process, under the limit.
+    settings.AGP_POLICY_TIMEOUT_MS = 300
+    spinning = ("package agp.spin\nimport rego.v1\nallow if {\n some i in numbers.range(1, 20000)\n"
+                " some j in numbers.range(1, 20000)\n i * j == -1\n}\n")
+
+    started = time.monotonic()
+    result = evaluate(spinning, {})
+
+    assert result.reasons == ("policy evaluation stopped: it exceeded the time limit of 300 ms "
+                              "(AGP_POLICY_TIMEOUT_MS)",)
+    assert time.monotonic() - started < 2
+    assert opa.requests == []
+
+
 @pytest.mark.django_db
 def test_it_records_an_api_evaluation_made_by_opa(opa, api):
     opa.load(PAYMENTS)

@@ -40,14 +40,14 @@ def test_it_opens_a_session_within_the_spend_limit(api):
 def test_it_accepts_a_limit_equal_to_the_spend_limit(api):
     task, delegation = make_task(), make_delegation(spend_amount=Decimal("500"))
 
-    response = api.post("/agp/commerce-sessions", body(task, delegation, amount_limit="500.0000"), format="json")
+    response = api.post("/agp/commerce-sessions", body(task, delegation, amount_limit=Decimal("500.00")), format="json")
 
     assert response.status_code == 201
     assert CommerceSession.objects.get().amount_limit == Decimal("500")
 
 
 @pytest.mark.parametrize(("delegation_kwargs", "overrides", "fragment"), [
-    ({"spend_amount": Decimal("500")}, {"amount_limit": "500.0001"}, "exceeds the delegation's spend limit"),
+    ({"spend_amount": Decimal("500")}, {"amount_limit": Decimal("500.01")}, "exceeds the delegation's spend limit"),
     ({"spend_currency": "EUR"}, {}, "differs from the delegation's spend limit currency"),
     ({"spend_currency": None, "spend_amount": None}, {}, "grants no spending authority"),
     ({"delegate_agent": "agent-2"}, {}, "was granted to 'agent-2'"),

@@ -228,7 +228,7 @@ def test_it_refuses_an_approve_over_a_newest_do_not_proceed_assessment(api, risk
     decision = make_decision(task=task, outcome="approve")
     now = timezone.now()
     make_assessment(decision=decision, recommendation="proceed", assessed_at=now - timedelta(minutes=5))
-    newest = make_assessment(decision=decision, recommendation="do_not_proceed", assessed_at=now)
+    veto = make_assessment(decision=decision, recommendation="do_not_proceed", assessed_at=now)
 
     response = finalise(api, decision.decision_id)
 
@@ -236,21 +236,25 @@ def test_it_refuses_an_approve_over_a_newest_do_not_proceed_assessment(api, risk
     assert response.json()["error"]["code"] == "AGP_PREREQUISITE_FAILED"
     assert response.json()["error"]["details"]["failed_checks"] == [{
         "check": "impact_assessment_recommendation",
-        "reason": f"the newest impact assessment ({newest.assessment_id!r}) recommends do_not_proceed"}]
+        "reason": f"impact assessment {veto.assessment_id!r} recommends do_not_proceed (a later assessment does "
+                  f"not lift it)"}]
     assert Decision.objects.get(pk=decision.pk).status == "draft"
 
 
-def test_it_finalises_an_approve_once_a_newer_assessment_says_proceed(api):
+@pytest.mark.parametrize("later_assessed_at", [timedelta(minutes=5), timedelta(minutes=-5)],
+                         ids=["dated-later", "back-dated"])
+def test_a_later_proceed_does_not_lift_a_do_not_proceed_assessment(api, later_assessed_at):
     task = make_task(risk_level="high", action_class="admin")
     decision = make_decision(task=task, outcome="approve")
-    now = timezone.now()
-    make_assessment(decision=decision, recommendation="do_not_proceed", assessed_at=now - timedelta(minutes=5))
-    make_assessment(decision=decision, recommendation="proceed_with_conditions", assessed_at=now)
+    now = timezone.now() - timedelta(minutes=10)
+    veto = make_assessment(decision=decision, recommendation="do_not_proceed", assessed_at=now)
+    make_assessment(decision=decision, recommendation="proceed_with_conditions", assessed_at=now + later_assessed_at)
 
     response = finalise(api, decision.decision_id)
 
-    assert response.status_code == 200
-    assert Decision.objects.get(pk=decision.pk).status == "finalised"
+    assert response.status_code == 422
+    assert veto.assessment_id in response.json()["error"]["details"]["failed_checks"][0]["reason"]
+    assert Decision.objects.get(pk=decision.pk).status == "draft"
 
 
 @pytest.mark.parametrize("outcome", ["deny", "escalate"])

@@ -24,7 +24,7 @@ Overrides (all optional): ``tool_id``, ``operation``, ``connector``, ``endpoint_
 ``recommendation``, ``commerce`` (True/False; default: transact), ``amount_limit``,
 ``spend_limit`` (child delegation, Decimal or None), ``root_spend_limit``, ``currency``,
 ``allowed_parameter_ranges``, ``parameters`` (the default request parameters), ``approval``
-(True/False; default True).
+(True/False; default True), ``executor_client_id`` (the skill's, for ``external``).
 """
 
 import hashlib
@@ -222,7 +222,8 @@ def make_world(action_class: str = "read", risk_level: str = "low", **overrides)
     skill = Skill.objects.create(
         skill_id=new_id("skl"), agent_id=agent_id, name=f"{tool_id} connector", version="1",
         tool_id=tool_id, connector=overrides.get("connector", "noop"),
-        endpoint_url=overrides.get("endpoint_url", ""), status="active", created_at=now)
+        endpoint_url=overrides.get("endpoint_url", ""), executor_client_id=overrides.get("executor_client_id", ""),
+        status="active", created_at=now)
 
     require_approval = bool(overrides.get("require_approval", False))
     policy_set = make_policy_set()

@@ -408,9 +408,12 @@ def test_it_fails_commerce_without_a_liability_binding_or_with_too_little_covera
     ({"currency": "USD"}, "parameters.amount"),
     ({"amount": 50}, "parameters.currency"),
     ({"amount": -5, "currency": "USD"}, "parameters.amount"),
-    ({"amount": 0.00001, "currency": "USD"}, "more than 4 decimal places"),
+    ({"amount": Decimal("0.001"), "currency": "USD"}, "has more decimals than USD has (2)"),
+    ({"amount": Decimal("1.5"), "currency": "JPY"}, "has more decimals than JPY has (0)"),
+    ({"amount": Decimal("0.00001"), "currency": "XYZ"}, "more decimals than any currency has (4)"),
+    ({"amount": "50", "currency": "USD"}, "parameters.amount, a JSON number"),  # a string is not money
     ({"amount": 1e15, "currency": "USD"}, "too large"),
-    ({"amount": 1e30, "currency": "USD"}, "too large"),  # beyond what Decimal can quantize to 4 places
+    ({"amount": 1e30, "currency": "USD"}, "too large"),
 ])
 def test_it_fails_commerce_without_a_usable_amount(parameters, expected):
     world = make_full_world(allowed_parameter_ranges={})
@@ -674,3 +677,14 @@ def test_it_picks_the_delegation_recorded_last_not_the_one_with_the_latest_accep
 
     assert report.delegation_ref == later.delegation_id
     assert report.result("delegation")["passed"] is True
+
+
+def test_it_refuses_a_tool_registered_with_a_colon_before_such_ids_were_refused():
+    # Rows written before the tool-id rule: "pay:*" would cover this tool too, so no scope
+    # can be read as granting it. Written with the ORM (the API refuses such ids now).
+    world = make_world(tool_id="pay:admin", operation="refund")
+
+    report = envelope_checks(inputs=_inputs(world))
+
+    assert _failed(report) == ["capability"]
+    assert "contains ':' or '*'" in report.result("capability")["reason"]

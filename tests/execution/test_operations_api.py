@@ -219,8 +219,10 @@ def test_it_lists_and_shows_receipts_that_verify_against_the_jwks(api, db, djang
     body = one.json()
     assert body == listing.json()["items"][1]
     assert set(body) == {"type", "receipt_id", "action_id", "operation_id", "status", "result", "result_hash",
-                         "started_at", "completed_at", "executor", "governance", "created_at", "signature"}
-    assert (body["type"], body["status"], body["executor"]) == ("Receipt", "succeeded", "worker-test/pid-1")
+                         "started_at", "completed_at", "executor", "posted_by", "governance", "created_at",
+                         "signature"}
+    assert (body["type"], body["status"], body["executor"], body["posted_by"]) == (
+        "Receipt", "succeeded", "worker-test/pid-1", "agp-worker")
     assert body["signature"]["alg"] == "EdDSA"
     assert verify_resource(body, jwks(api))
     assert not verify_resource({**body, "result": {"ok": False}}, jwks(api))
@@ -364,8 +366,12 @@ def test_it_refuses_a_duplicate_receipt_id(api, external):
     assert Operation.objects.get(operation_id=operation_id).status == "running"
 
 
-def test_it_needs_the_execution_write_scope_to_post_a_receipt(api, external, make_token):
-    _, operation_id, action_id = external
+def test_it_needs_the_execution_write_scope_to_post_a_receipt(api, db, make_token):
+    world = make_world(action_class="transact", connector="external", executor_client_id="test-client")
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(client_id='submitter')}")
+    operation_id = accept(api, world)["operation_id"]
+    assert run(operation_id) == "awaiting_receipt"
+    action_id = Operation.objects.get(operation_id=operation_id).envelope_id
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.execution.read'])}")
     body = {"action_id": action_id, "operation_id": operation_id, "status": "succeeded"}
 

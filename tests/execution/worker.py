@@ -9,8 +9,8 @@ the same broker and queue: ``test_broker`` points the Celery app at them for the
 Fixtures (import them into a test module):
 
 - ``test_broker`` (session): the broker URL and queue, the app reconfigured.
-- ``worker_factory`` (function): ``start(**env)`` starts a worker and waits until it is
-  ready; ``kill()`` sends SIGKILL to its whole process group (main process and pool
+- ``worker_factory`` (function): ``start(concurrency=2, **env)`` starts a worker and waits
+  until it is ready; ``kill()`` sends SIGKILL to its whole process group (main process and pool
   children, as a crash would); every worker is stopped at the end of the test.
 - ``module_worker`` (module): one worker shared by a module's tests (startup costs seconds).
 - ``worker_db`` (function): ``transactional_db`` (the worker only sees committed rows) plus
@@ -128,8 +128,9 @@ def test_broker(redis_url):
 class WorkerProcess:
     """One ``celery worker`` subprocess (with embedded beat) in its own process group."""
 
-    def __init__(self, *, broker: TestBroker, env: dict[str, str], workdir: Path, name: str):
+    def __init__(self, *, broker: TestBroker, env: dict[str, str], workdir: Path, name: str, concurrency: int = 2):
         self.broker = broker
+        self.concurrency = concurrency
         self.name = name
         self.workdir = workdir
         self.log_path = workdir / f"{name}.log"
@@ -151,7 +152,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "agp_project", "worker", "--beat",
              "--schedule", str(self.workdir / f"{self.name}-beat-schedule"), "--pool", "prefork",
-             "--concurrency", "2", "--loglevel", "INFO", "--hostname", f"{self.name}@%h",
+             "--concurrency", str(self.concurrency), "--loglevel", "INFO", "--hostname", f"{self.name}@%h",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -204,8 +205,8 @@ class WorkerFactory:
         self.workdir = workdir
         self.workers: list[WorkerProcess] = []
 
-    def start(self, **env: str) -> WorkerProcess:
-        worker = WorkerProcess(broker=self.broker, env=env, workdir=self.workdir,
+    def start(self, *, concurrency: int = 2, **env: str) -> WorkerProcess:
+        worker = WorkerProcess(broker=self.broker, env=env, workdir=self.workdir, concurrency=concurrency,
                                name=f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:6]}")
         self.workers.append(worker)
         return worker.start()

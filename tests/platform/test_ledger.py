@@ -119,7 +119,8 @@ class TestVerification:
 
     def test_ledger_verify_takes_the_database_path_on_postgresql(self, django_assert_num_queries):
         events = append(3)
-        with django_assert_num_queries(1 if connection.vendor == "postgresql" else 3):  # Python: 2 batches, head
+        # Python: rows numbered below 1, 2 batches, head
+        with django_assert_num_queries(1 if connection.vendor == "postgresql" else 4):
             result = ledger_verify(batch_size=5)
         assert result.as_dict() == verify_in_python().as_dict() == {
             "verified": True, "events": 3, "head_hash": events[-1].hash, "first_broken_sequence": None}
@@ -174,6 +175,17 @@ class TestVerification:
         tamper("UPDATE core_ledgerevent SET sequence = %s WHERE sequence = %s", [40, 4])
         assert verify(batch_size=2).as_dict() == {"verified": False, "events": 3, "head_hash": events[2].hash,
                                                   "first_broken_sequence": 5}
+
+    @pytest.mark.parametrize("sequences", [[0], [-5], [0, -2]])
+    def test_a_row_numbered_below_one_is_the_first_break(self, verify, sequences):
+        append(3)
+        for sequence in sequences:  # a copy of event 1 written straight into the table
+            tamper("INSERT INTO core_ledgerevent (sequence, event_id, event_type, resource_type, resource_id, actor, "
+                   "payload, payload_hash, prev_hash, hash, recorded_at) SELECT %s, %s, event_type, resource_type, "
+                   "resource_id, actor, payload, payload_hash, prev_hash, hash, recorded_at FROM core_ledgerevent "
+                   "WHERE sequence = 1", [sequence, f"forged{sequence}"])
+        assert verify().as_dict() == {"verified": False, "events": 0, "head_hash": GENESIS_HASH,
+                                      "first_broken_sequence": min(sequences)}
 
     def test_a_deleted_tail_is_noticed_through_the_head(self, verify):
         append(4)

@@ -97,12 +97,15 @@ def test_the_token_endpoint_is_described_with_its_form_fields_and_oauth_errors(d
     schema = document["components"]["schemas"][form["schema"]["$ref"].rsplit("/", 1)[1]]
     assert set(schema["properties"]) == {"grant_type", "client_id", "client_secret", "scope"}
     assert schema["properties"]["grant_type"]["enum"] == ["client_credentials"]
-    assert set(operation["responses"]) == {"200", "400", "401", "429"}
+    assert set(operation["responses"]) == {"200", "400", "401", "411", "413", "429"}
     error_schema = document["components"]["schemas"]["OAuthError"]
     assert {"invalid_request", "invalid_client", "unsupported_grant_type", "invalid_scope"} <= set(
         error_schema["properties"]["error"]["enum"])
     for status in ("400", "401", "429"):
         assert operation["responses"][status]["content"]["application/json"]["schema"]["$ref"].endswith("OAuthError")
+    for status in ("411", "413"):  # the body-size middleware answers before the view
+        assert operation["responses"][status]["content"]["application/json"]["schema"]["$ref"].endswith(
+            "ErrorEnvelope")
     token = document["components"]["schemas"]["TokenResponse"]
     assert set(token["required"]) == {"access_token", "token_type", "expires_in", "scope"}
 
@@ -115,7 +118,7 @@ def test_every_write_documents_the_idempotency_key_and_the_shared_errors(documen
         assert {"400", "401", "403", "503"} <= set(responses), f"{method} {path}"
         if method in ("post", "patch"):
             assert "Idempotency-Key" in {p["name"] for p in operation.get("parameters", [])}, f"{method} {path}"
-            assert {"409", "413", "415"} <= set(responses)
+            assert {"409", "411", "413", "415"} <= set(responses)
         error = responses["401"]["content"]["application/json"]["schema"]["$ref"]
         assert error == "#/components/schemas/ErrorEnvelope"
 

@@ -72,7 +72,7 @@ def test_it_freezes_everything_with_no_target_id_and_defaults_frozen_by_to_the_c
     ({"target_type": "agent"}, "target_id", "Required when target_type is 'agent'."),
     ({"target_type": "root_principal", "target_id": ""}, "target_id", "This field may not be blank."),
     ({"target_type": "tool", "target_id": "crm tool"}, "target_id",
-     "A tool id is 1-128 characters of letters, digits and . _ : / -."),
+     "A tool id is 1-128 characters of letters, digits and . _ / - (no ':' or '*', which scopes use)."),
     ({"target_type": "skill", "target_id": "x"}, "target_type", '"skill" is not a valid choice.'),
     ({"target_type": "agent", "target_id": "a", "status": "lifted"}, "status", "This field is read-only."),
     ({"target_type": "agent", "target_id": "a", "lifted_by": "me"}, "lifted_by", "This field is read-only."),

@@ -1,6 +1,8 @@
 """POST/GET/PATCH /agp/policy-sets (CONTRACT C6)."""
 
 import hashlib
+import json
+import time
 
 import pytest
 
@@ -275,3 +277,49 @@ def test_malformed_tests_are_a_400(api, tests, field):
                         format="json")
     error = assert_error(response, 400, "AGP_INVALID_REQUEST")
     assert field in error["details"]["fields"]
+
+
+# --- the engine's limits at registration -------------------------------------------------------
+
+# Runs away only for an input asking it to: compiling (whose warm-up input is empty) is quick.
+SPINS_ON_DEMAND = """package agp.spin
+import rego.v1
+default allow := false
+allow if not input.spin
+allow if {
+    input.spin
+    some i in numbers.range(1, 20000)
+    some j in numbers.range(1, 20000)
+    i * j == -1
+}
+"""
+
+
+def test_a_ruleset_that_runs_away_while_compiling_is_a_400_within_the_limit(api, settings):
+    settings.AGP_POLICY_TIMEOUT_MS = 300
+    spinning = SPINS_ON_DEMAND.replace("input.spin", "true")
+    started = time.monotonic()
+
+    response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": spinning}, format="json")
+
+    error = assert_error(response, 400, "AGP_INVALID_REQUEST")
+    assert "time limit of 300 ms" in json.dumps(error["details"])
+    assert time.monotonic() - started < 3
+    assert not PolicySet.objects.exists()
+
+
+def test_the_tests_of_a_set_stop_at_the_first_that_reaches_the_engines_limit(api, settings):
+    settings.AGP_POLICY_TIMEOUT_MS = 300
+    tests = [{"name": f"spin {n}", "input": {"spin": True}, "expect": {"allow": False}} for n in range(20)]
+    started = time.monotonic()
+
+    response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": SPINS_ON_DEMAND,
+                                             "tests": tests}, format="json")
+
+    error = assert_error(response, 422, "AGP_POLICY_TEST_FAILED")
+    [failure] = error["details"]["failures"]
+    assert failure["name"] == "spin 0"
+    assert failure["actual"]["errors"] == [
+        "policy evaluation stopped: it exceeded the time limit of 300 ms (AGP_POLICY_TIMEOUT_MS)"]
+    assert time.monotonic() - started < 5  # not twenty times the limit
+    assert not PolicySet.objects.exists()
