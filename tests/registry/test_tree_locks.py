@@ -5,7 +5,7 @@ import psycopg
 import pytest
 from django.db import transaction
 
-from registry import services
+from registry.services.common import lock_tree_roots
 from tests.concurrency import pg_connect
 from tests.registry import factories as f
 
@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def test_a_tree_lock_excludes_other_tree_locks_but_not_a_reference_check_on_the_root():
     root = f.root_delegation()
     with transaction.atomic(), pg_connect(autocommit=True) as other:
-        services._lock_tree_roots([root.pk])
+        lock_tree_roots([root.pk])
         other.execute("SET lock_timeout = '2s'")
 
         # What PostgreSQL's foreign-key check takes on the referenced row: not blocked.
