@@ -76,24 +76,21 @@ def database_url() -> str:
     return f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
-def _point_app_at(*, url: str, queue: str) -> None:
+def point_app_at(*, url: str, queue: str) -> None:
     """Make this process's Celery app publish to ``url``/``queue``.
 
-    The cached pools are dropped, not closed: kombu keeps pools in a process-wide registry
-    keyed by the connection's parameters, and a closed pool left there would break the
-    next publisher of that URL.
+    ``app.close()`` drops the app's broker pool (without closing it: kombu keeps pools in a
+    process-wide registry keyed by the connection's parameters, and a closed pool left there
+    would break the next publisher of that URL), and deleting the cached ``app.amqp`` makes
+    the next publish build its producer pool, queues and routes from the new settings.
     """
     from agp_project.celery import app
 
     app.conf.broker_url = url
     app.conf.broker_transport_options = {"visibility_timeout": 3600}
     app.conf.task_default_queue = queue
-    app._pool = None
-    amqp = app.amqp
-    amqp._producer_pool = None
-    amqp._rtable = None
-    for cached in ("queues", "router"):
-        amqp.__dict__.pop(cached, None)
+    app.close()
+    del app.amqp
 
 
 _SESSION_BROKER: TestBroker | None = None
@@ -109,7 +106,7 @@ def session_broker(url: str) -> TestBroker:
     if _SESSION_BROKER is None:
         redis.Redis.from_url(url).ping()
         broker = TestBroker(url=url, queue=f"agp-test-{uuid.uuid4().hex[:12]}")
-        _point_app_at(url=broker.url, queue=broker.queue)
+        point_app_at(url=broker.url, queue=broker.queue)
         _SESSION_BROKER = broker
     return _SESSION_BROKER
 
