@@ -65,14 +65,15 @@ def test_it_refreshes_a_two_second_token_transparently_across_a_five_second_run(
 
 
 def test_it_fetches_a_new_token_once_when_the_server_answers_401(live_agp):
-    with make_client(live_agp.url) as client:
+    # A negative refresh skew: the client keeps its token an hour past its expiry, as one
+    # whose clock lags the server's would; only the server's 401 tells it otherwise.
+    with make_client(live_agp.url, token_refresh_skew=-3600) as client:
         client.ledger_events.page(limit=1)
-        stale = client.auth._token
-        client.auth._refresh_at = float("inf")  # the client believes its token is good for ever
+        stale = client.auth.token()
         time.sleep(3.1)  # past the 2 s lifetime on the server's clock (exp has 1 s resolution)
         assert client.ledger_events.page(limit=1)["items"] is not None
         assert client.auth.fetches == 2
-        assert client.auth._token != stale
+        assert client.auth.token() != stale
 
 
 def test_it_does_not_execute_a_post_twice_when_the_response_is_dropped(live_agp):

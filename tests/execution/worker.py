@@ -8,7 +8,8 @@ the same broker and queue: ``test_broker`` points the Celery app at them for the
 
 Fixtures (import them into a test module):
 
-- ``test_broker`` (session): the broker URL and queue, the app reconfigured.
+- ``test_broker`` (session): the broker URL and queue, the app reconfigured;
+  ``publishing_fails()`` makes the test process's publishes fail for a while.
 - ``worker_factory`` (function): ``start(concurrency=2, **env)`` starts a worker and waits
   until it is ready; ``kill()`` sends SIGKILL to its whole process group (main process and pool
   children, as a crash would); every worker is stopped at the end of the test.
@@ -109,6 +110,24 @@ def session_broker(url: str) -> TestBroker:
         point_app_at(url=broker.url, queue=broker.queue)
         _SESSION_BROKER = broker
     return _SESSION_BROKER
+
+
+@contextlib.contextmanager
+def publishing_fails():
+    """Inside, the test process's publishes fail after the broker's reachability check passed:
+    its Celery app is set to a serializer that does not exist. The outbox message of a
+    commit then stays pending, as when the web process dies between its commit and the
+    publish."""
+    from agp_project.celery import app
+
+    serializer = app.conf.task_serializer
+    app.conf.task_serializer = "agp-test-no-such-serializer"
+    del app.amqp  # the task sender reads the serializer when it is built
+    try:
+        yield
+    finally:
+        app.conf.task_serializer = serializer
+        del app.amqp
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,9 @@ tests, benchmark, examples):
 - no method or property of the service's classes (or its client's) that overrides a
   dependency's private one (``_new_conn`` in a urllib3 connection subclass).
 
+And tests aim at behaviour: none imports or reaches a private helper of the service or of
+its client (``selectors._chain_rows``, ``monkeypatch.setattr(outbox, "_publish", ...)``).
+
 Documented exceptions: Django's model API ``Model._meta``, ``Model._state``,
 ``_default_manager`` and ``_base_manager``, and the ``namedtuple`` methods ``_replace``,
 ``_asdict``, ``_fields`` and ``_make``.
@@ -199,6 +202,54 @@ def test_no_class_of_the_service_overrides_a_private_name_of_a_dependency():
     classes = service_classes()
     assert len(classes) > 200  # every module was imported
     assert [found for cls in classes for found in private_overrides(cls)] == []
+
+
+def private_helpers_used(source: str, *, where: str = "<source>") -> list[str]:
+    """Each private name of the service (or its client) that ``source`` imports or reaches
+    through an imported module or object: tests aim at behaviour, not at private helpers."""
+    tree = ast.parse(source)
+    found, imported = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in SERVICE_PACKAGES:
+            for alias in node.names:
+                if is_private(alias.name) or any(is_private(part) for part in node.module.split(".")):
+                    found.append(f"{where}:{node.lineno}: from {node.module} import {alias.name}")
+                imported.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.asname or alias.name.split(".")[0] for alias in node.names
+                            if alias.name.split(".")[0] in SERVICE_PACKAGES)
+    for node in ast.walk(tree):
+        name, base = None, None
+        if isinstance(node, ast.Attribute):
+            name, base = node.attr, node.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
+              and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in NAME_FUNCTIONS
+              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)):
+            name, base = str(node.args[1].value), node.args[0]
+        if name and is_private(name) and name not in DOCUMENTED:
+            root = base
+            while isinstance(root, ast.Attribute | ast.Call | ast.Subscript):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                found.append(f"{where}:{node.lineno}: {ast.unparse(base)}.{name}")
+    return found
+
+
+def test_no_test_reaches_for_a_private_helper_of_the_service(sources):
+    found = [use for path, source in sources.items() if path.relative_to(ROOT).parts[0] == "tests"
+             for use in private_helpers_used(source, where=str(path.relative_to(ROOT)))]
+    assert found == []
+
+
+@pytest.mark.parametrize("source", [
+    "from agp_project.canonical import _fast_subset",
+    "from registry import selectors\nselectors._chain_rows([1])",
+    "from core import outbox\ndef test(monkeypatch):\n    monkeypatch.setattr(outbox, '_publish', None)",
+    "from agp_client import AGPClient\nAGPClient('x').auth._token",
+])
+def test_the_helper_scan_finds_a_private_helper_of_the_service(source):
+    assert private_helpers_used(source)
 
 
 @pytest.mark.parametrize("source", [
