@@ -9,6 +9,7 @@ policy set, a freeze, a page of links. Each one changed after signing fails, nam
 """
 
 import json
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -203,3 +204,36 @@ def test_every_signed_record_of_an_evidence_bundle_is_found_and_verified(api):
     assert results["bundle with a forged approval"]["problems"] == [
         f"evidence bundle of action {action_id}: {changed_content}",
         f"approval {approval['approval_id']}: {changed_content}"]
+
+
+def test_the_reference_code_of_docs_signatures_checks_what_the_api_returns(api):
+    [code] = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "signatures.md").read_text(), re.S)
+    namespace = {}
+    exec(compile(code, "docs/signatures.md", "exec"), namespace)  # the page's code, as a reader runs it
+    verify = namespace["verify"]
+    root = json.loads(created(api, "/agp/delegations", {
+        "root_principal": "acme", "delegator_agent": "acme", "delegate_agent": "orchestrator-1",
+        "authority_scope": ["crm:*"], "expires_at": later(days=1)}))
+    link = json.loads(created(api, "/agp/delegations", {
+        "root_principal": "acme", "delegator_agent": "orchestrator-1", "delegate_agent": "agent-1",
+        "authority_scope": ["crm:update"]}))
+    world = make_full_world()
+    body = world.envelope_request()
+    operation_id = submit_async(api, body)["operation_id"]
+    assert operation_execute(operation_id=operation_id, executor="worker-test/pid-1") == "succeeded"
+    [receipt] = api.get("/agp/receipts", {"action_id": body["action_id"]}).json()["items"]
+    envelope = api.get(f"/agp/action-envelopes/{body['action_id']}").json()
+    jwks = api.get("/.well-known/jwks.json").json()
+
+    for record in (root, link, receipt, envelope, *envelope["governance_attestations"]):
+        assert verify(record, jwks), record.get("type")
+    assert verify({**link, "status": "revoked"}, jwks)  # not covered: revocation is ledgered
+    value = link["signature"]["value"]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    respelt = value[:-1] + alphabet[alphabet.index(value[-1]) ^ 1]
+    for forged in ({**link, "authority_scope": ["crm:*"]}, {**link, "signature_chain": [value]},
+                   {**link, "signature": {**link["signature"], "value": respelt}},
+                   {**receipt, "governance": {**receipt["governance"], "approvals": []}},
+                   {**envelope, "parameters": {**envelope["parameters"], "amount": 5000}},
+                   {**receipt, "signature": {**receipt["signature"], "kid": "another-key"}}):
+        assert not verify(forged, jwks)
