@@ -21,8 +21,17 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from agp_project import errors
-from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json, short_hash
-from core.models import OutboxMessage
+from core.admin_base import (
+    ReadOnlyModelAdmin,
+    admin_link,
+    changelist_url,
+    html_table,
+    id_filter,
+    id_link,
+    pretty_json,
+    short_hash,
+)
+from core.models import LedgerEvent, OutboxMessage
 from decision.models import Approval, CommerceSession, Decision, PolicyEvaluation
 from execution.evidence import action_evidence
 from execution.models import ActionEnvelope, CallbackAttempt, Operation, Payment, Receipt
@@ -75,7 +84,7 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     search_fields = ("action_id", "task_id", "agent_id", "=decision_ref", "tool_id")
     date_hierarchy = "accepted_at"
     ordering = ("-accepted_at",)
-    linked_fields = ("timeline_link", "evidence_download", "operation_record", "receipt_record",
+    linked_fields = ("timeline_link", "trail_link", "evidence_download", "operation_record", "receipt_record",
                      "decision_record", "policy_evaluation_record", "approvals_record", "payment_record",
                      "governance_links")
     exclude = ("parameters", "checks", "inputs")
@@ -106,6 +115,12 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     def timeline_link(self, obj):
         return format_html('<a href="{}">Everything about this action on one page, in time order, with each '
                            'record\'s signature checked</a>', reverse("audit:timeline", args=[obj.action_id]))
+
+    @admin.display(description="ledger trail")
+    def trail_link(self, obj):
+        return format_html('<a href="{}">Every ledger event of this action</a> (envelope, operation, payment, '
+                           'receipt, callbacks), in the hash-chained ledger',
+                           changelist_url(LedgerEvent, action_id=obj.action_id))
 
     def get_urls(self):
         evidence = path("<path:object_id>/evidence/", self.admin_site.admin_view(self.evidence_view),

@@ -86,6 +86,18 @@ def test_it_links_an_envelope_to_its_evidence_bundle_download(auditor_client, ad
     assert auditor_client.get("/admin/execution/actionenvelope/999999/evidence/").status_code == 404
 
 
+def test_it_links_an_envelope_to_its_ledger_trail(auditor_client, admin_world):
+    envelope = admin_world.envelope
+    trail_url = f"/admin/core/ledgerevent/?action_id={envelope.action_id}"
+
+    page = auditor_client.get(change_url(envelope)).content.decode()
+    trail = auditor_client.get(trail_url)
+
+    assert f'<a href="{trail_url}">Every ledger event of this action</a>' in page
+    assert [(e.event_type, e.resource_id) for e in trail.context["cl"].result_list] == [
+        ("envelope.accepted", envelope.action_id)]
+
+
 def _envelope_page_queries(client, envelope) -> int:
     with CaptureQueriesContext(connection) as queries:
         assert client.get(change_url(envelope)).status_code == 200

@@ -209,12 +209,16 @@ def test_a_ruleset_that_does_not_compile_is_a_400_with_line_and_column(api, rule
     assert not PolicySet.objects.exists() and not LedgerEvent.objects.exists()
 
 
-def test_a_ruleset_without_an_allow_rule_is_a_400(api):
-    ruleset = 'package x\n\ndeny contains "never" if true\n'
+@pytest.mark.parametrize(("ruleset", "message"), [
+    ('package x\n\ndeny contains "never" if true\n', "policy.rego:1:1: package x defines no allow rule"),
+    ('# Mail rules.\n\n  package mail.rules\n\nrequire_approval := true\n',
+     "policy.rego:3:3: package mail.rules defines no allow rule"),
+])
+def test_a_ruleset_without_an_allow_rule_is_a_400_naming_its_package_s_line_and_column(api, ruleset, message):
     response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": ruleset}, format="json")
     error = assert_error(response, 400, "AGP_INVALID_REQUEST")
-    assert error["details"]["fields"]["ruleset"] == ["policy compile error: package x defines no allow rule"]
-    assert not PolicySet.objects.exists()
+    assert error["details"]["fields"]["ruleset"] == [f"policy compile error: {message}"]
+    assert not PolicySet.objects.exists() and not LedgerEvent.objects.exists()
 
 
 EMAIL = """package mail
