@@ -11,7 +11,6 @@ policy evaluation and the approvals it cites, and links to the task, capability,
 delegation and commerce session; a fixed number of queries whatever their size.
 """
 
-import json
 from types import SimpleNamespace
 
 from django.contrib import admin
@@ -20,7 +19,7 @@ from django.http import Http404, HttpResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from agp_project import errors
+from agp_project import errors, exactjson
 from core.admin_base import (
     ReadOnlyModelAdmin,
     admin_link,
@@ -138,7 +137,8 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
             bundle = action_evidence(action_id=envelope.action_id)
         except errors.AGPError as exc:
             return HttpResponse(exc.message, status=exc.status_code, content_type="text/plain; charset=utf-8")
-        response = HttpResponse(json.dumps(bundle, indent=2), content_type="application/json")
+        # Exact numbers, as the API sends it: a rounded amount would not verify.
+        response = HttpResponse(exactjson.dumps(bundle), content_type="application/json")
         response["Content-Disposition"] = f'attachment; filename="evidence-{envelope.pk}.json"'
         return response
 

@@ -1,6 +1,7 @@
 """Delegation chains, action envelopes with what governed them, filters, and planned queries."""
 
 import json
+from decimal import Decimal
 
 import pytest
 from django.apps import apps
@@ -8,10 +9,12 @@ from django.contrib import admin
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agp_client import numbers, verify_evidence
 from core.admin_base import change_url
 from decision.models import Approval, Decision
 from execution.models import ActionEnvelope
 from registry.models import Task
+from tests.execution.signed_world import make_executed_action
 
 from .world import make_admin_world
 
@@ -96,6 +99,19 @@ def test_it_links_an_envelope_to_its_ledger_trail(auditor_client, admin_world):
     assert f'<a href="{trail_url}">Every ledger event of this action</a>' in page
     assert [(e.event_type, e.resource_id) for e in trail.context["cl"].result_list] == [
         ("envelope.accepted", envelope.action_id)]
+
+
+def test_the_evidence_download_keeps_exact_numbers_and_verifies_offline(auditor_client, api):
+    parameters = {"amount": Decimal("49.99"), "currency": "USD", "rate": Decimal("0.1234567890123456789")}
+    action_id = make_executed_action(api, parameters=parameters)["action_id"]
+    envelope = ActionEnvelope.objects.get(action_id=action_id)
+
+    download = auditor_client.get(f"/admin/execution/actionenvelope/{envelope.pk}/evidence/")
+
+    assert download.status_code == 200
+    bundle = numbers.loads(download.content)
+    assert bundle["records"]["envelope"]["parameters"] == parameters
+    assert verify_evidence(bundle)["action_id"] == action_id
 
 
 def _envelope_page_queries(client, envelope) -> int:
