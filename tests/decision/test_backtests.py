@@ -17,6 +17,7 @@ from decision.models import Backtest, PolicyEvaluation
 from execution.selectors import action_ids_citing
 from tests.execution.factories import RULESET, make_policy_set, make_world
 from tests.execution.worker import ledger_event_types, submit_async
+from tests.registry.test_policy_sets_api import SPINS_ON_DEMAND
 
 pytestmark = pytest.mark.django_db
 
@@ -332,6 +333,27 @@ def test_an_empty_window_succeeds_with_zero_counts(api):
     assert run(backtest_of(operation)) == "succeeded"
     body = api.get(operation["result_url"]).json()
     assert (body["total"], body["evaluations"], body["changes"]) == (0, 0, [])
+
+
+def test_a_candidate_that_runs_away_is_stopped_at_the_engine_s_time_limit_on_each_evaluation(api, settings):
+    settings.AGP_POLICY_TIMEOUT_MS = 300
+    world = make_world()
+    candidate = make_policy_set(ruleset=SPINS_ON_DEMAND)  # minutes of CPU for an input with spin
+    spinning = [record(world, 10, spin=True) for _ in range(3)]
+    record(world, 20)
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+    started = time.monotonic()
+
+    assert run(backtest_of(operation)) == "succeeded"
+
+    assert time.monotonic() - started < 3 * 0.3 + 4  # each stopped at 300 ms (and its process replaced)
+    body = api.get(operation["result_url"]).json()
+    stopped = "policy evaluation stopped: it exceeded the time limit of 300 ms (AGP_POLICY_TIMEOUT_MS)"
+    assert {k: body[k] for k in ("evaluations", "unchanged", "newly_denied", "by_reason")} == {
+        "evaluations": 5, "unchanged": 2, "newly_denied": 3, "by_reason": {stopped: 3}}
+    assert {change["evaluation_id"]: change["after"] for change in body["changes"]} == {
+        evaluation.evaluation_id: {"allow": False, "require_approval": False, "reasons": [stopped]}
+        for evaluation in spinning}
 
 
 # --- cancelling ------------------------------------------------------------------------------------
