@@ -25,15 +25,14 @@ import time
 PROBE_TABLE = "bench_append_probe"
 
 
-def _appender(start: float, stop: float, counts, index: int) -> None:
+def _appender(ready, window, counts, index: int) -> None:
     import django
 
     django.setup()
     from core.ledger import ledger_record
 
     ledger_record(event_type="bench.warmup", resource_type="Bench", resource_id=f"w{index}", actor="bench")
-    while time.time() < start:
-        time.sleep(0.001)
+    start, stop = _wait_for_start(ready, window)
     done = 0
     while time.time() < stop:
         ledger_record(event_type="bench.append", resource_type="Bench", resource_id=f"w{index}-{done}",
@@ -42,13 +41,12 @@ def _appender(start: float, stop: float, counts, index: int) -> None:
     counts[index] = done
 
 
-def _inserter(url: str, start: float, stop: float, counts, index: int) -> None:
+def _inserter(url: str, ready, window, counts, index: int) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"INSERT INTO {PROBE_TABLE} (writer) VALUES (%s)", [index], prepare=True)
-        while time.time() < start:
-            time.sleep(0.001)
+        start, stop = _wait_for_start(ready, window)
         done = 0
         while time.time() < stop:
             conn.execute(f"INSERT INTO {PROBE_TABLE} (writer) VALUES (%s)", [index], prepare=True)
@@ -56,14 +54,34 @@ def _inserter(url: str, start: float, stop: float, counts, index: int) -> None:
     counts[index] = done
 
 
+def _wait_for_start(ready, window) -> tuple[float, float]:
+    """Say this writer is set up, then wait for the window the parent opens once all are."""
+    ready.release()
+    while window[0] == 0.0:
+        time.sleep(0.001)
+    start, stop = window[0], window[1]
+    while time.time() < start:
+        time.sleep(0.001)
+    return start, stop
+
+
 def _run(target, args: tuple, writers: int, seconds: float) -> int:
     context = multiprocessing.get_context("spawn")
     counts = context.Array("q", writers)
-    start = time.time() + 3.0  # every process set up and connected before the clock starts
-    stop = start + seconds
-    processes = [context.Process(target=target, args=(*args, start, stop, counts, i)) for i in range(writers)]
+    ready = context.Semaphore(0)
+    window = context.Array("d", 2)  # (start, stop), epoch seconds; 0 until every writer is ready
+    processes = [context.Process(target=target, args=(*args, ready, window, counts, i)) for i in range(writers)]
     for process in processes:
         process.start()
+    # The clock starts once every process is set up and connected, however long that took.
+    for _ in processes:
+        if not ready.acquire(timeout=300):
+            for process in processes:
+                process.kill()
+            raise SystemExit("a writer was not ready within 300 s")
+    start = time.time() + 0.1
+    window[1] = start + seconds
+    window[0] = start
     for process in processes:
         process.join()
         if process.exitcode != 0:
