@@ -1,19 +1,23 @@
 """Scenario (h): concurrent ledger appends against PostgreSQL's own durable INSERT rate.
 
-    python -m bench.appends 8 10      # 8 writers for 10 s each way; prints JSON
+    python -m bench.appends 8 10      # 8 writers for 10 s each measurement; prints JSON
 
-Two measurements in one run, one after the other, with the same number of writer
-processes, each on its own connection, for the same time:
+Measurements one after the other, each writer a process on its own connection, each for
+the same time:
 
-- ``appends``: each writer calls the service's append, ``core.ledger.ledger_record`` (one
-  event in a transaction of its own, as a validation or a refusal records itself), in a loop;
-- ``inserts``: each writer runs a durable one-row ``INSERT`` in autocommit through psycopg
-  into a table of its own making: what any committed write costs on this database, with
-  group commit sharing the flushes among the writers.
+- ``inserts``: ``writers`` processes each run a durable one-row ``INSERT`` in autocommit
+  through psycopg into a table of its own making: what any committed write costs on this
+  database, with group commit sharing the flushes among the writers;
+- ``appends``: ``writers`` processes each call the service's append,
+  ``core.ledger.ledger_record`` (one event in a transaction of its own, as a validation or
+  a refusal records itself), in a loop;
+- ``appends_one_writer``: the same with one process: the time one append holds the head;
+- ``batched``: ``writers`` processes each append ``BATCH`` events per transaction
+  (``core.ledger.ledger_batch``: one statement, one commit): what batching buys.
 
 Every append is ordered after the others by the ledger's single head row, so the ratio
-of the two rates is the share of the database's write capacity a single chain can use
-(docs/scaling.md).
+of the first two rates is the share of the database's write capacity a single chain can
+use (docs/scaling.md).
 """
 
 import json
@@ -23,6 +27,7 @@ import sys
 import time
 
 PROBE_TABLE = "bench_append_probe"
+BATCH = 10
 
 
 def _appender(ready, window, counts, index: int) -> None:
@@ -38,6 +43,26 @@ def _appender(ready, window, counts, index: int) -> None:
         ledger_record(event_type="bench.append", resource_type="Bench", resource_id=f"w{index}-{done}",
                       actor="bench", payload={"writer": index, "n": done})
         done += 1
+    counts[index] = done
+
+
+def _batcher(ready, window, counts, index: int) -> None:
+    import django
+
+    django.setup()
+    from django.db import transaction
+
+    from core.ledger import ledger_append, ledger_batch, ledger_record
+
+    ledger_record(event_type="bench.warmup", resource_type="Bench", resource_id=f"b{index}", actor="bench")
+    start, stop = _wait_for_start(ready, window)
+    done = 0
+    while time.time() < stop:
+        with transaction.atomic(), ledger_batch():
+            for _ in range(BATCH):
+                ledger_append(event_type="bench.append", resource_type="Bench", resource_id=f"b{index}-{done}",
+                              actor="bench", payload={"writer": index, "n": done})
+                done += 1
     counts[index] = done
 
 
@@ -98,11 +123,15 @@ def measure(writers: int, seconds: float) -> dict:
     try:
         inserts = _run(_inserter, (url,), writers, seconds)
         appends = _run(_appender, (), writers, seconds)
+        alone = _run(_appender, (), 1, seconds)
+        batched = _run(_batcher, (), writers, seconds)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {PROBE_TABLE}")
     return {"writers": writers, "seconds": seconds, "appends": appends, "inserts": inserts,
-            "appends_per_second": appends / seconds, "inserts_per_second": inserts / seconds}
+            "appends_per_second": appends / seconds, "inserts_per_second": inserts / seconds,
+            "appends_one_writer": alone, "appends_one_writer_per_second": alone / seconds,
+            "batch": BATCH, "batched": batched, "batched_per_second": batched / seconds}
 
 
 if __name__ == "__main__":
