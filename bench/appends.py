@@ -13,7 +13,10 @@ the same time:
   a refusal records itself), in a loop;
 - ``appends_one_writer``: the same with one process: the time one append holds the head;
 - ``batched``: ``writers`` processes each append ``BATCH`` events per transaction
-  (``core.ledger.ledger_batch``: one statement, one commit): what batching buys.
+  (``core.ledger.ledger_batch``: one statement, one commit): what batching buys;
+- ``orm``: ``writers`` processes each append one event per transaction the way other
+  databases do it, through the ORM (lock the head, insert the event, move the head: three
+  statements): what the one-statement append on PostgreSQL buys.
 
 Every append is ordered after the others by the ledger's single head row, so the ratio
 of the first two rates is the share of the database's write capacity a single chain can
@@ -63,6 +66,51 @@ def _batcher(ready, window, counts, index: int) -> None:
                 ledger_append(event_type="bench.append", resource_type="Bench", resource_id=f"b{index}-{done}",
                               actor="bench", payload={"writer": index, "n": done})
                 done += 1
+    counts[index] = done
+
+
+def _orm_appender(ready, window, counts, index: int) -> None:
+    """Appends as ``core.ledger`` does on SQLite, from public pieces, on PostgreSQL."""
+    import django
+
+    django.setup()
+    from datetime import UTC, datetime
+
+    from django.db import transaction
+
+    from agp_project.canonical import bytes_hash, canonical_json
+    from agp_project.ids import new_id
+    from agp_project.timeutil import iso
+    from core.ledger import canonical_event, chain_hash, ledger_record
+    from core.models import LedgerEvent, LedgerHead
+
+    try:
+        from core.ledger import event_trail
+    except ImportError:  # a ledger without the task and action columns
+        def event_trail(**_):
+            return {}
+
+    def append(n: int) -> None:
+        payload = {"writer": index, "n": n}
+        fields = {"event_id": new_id("evt"), "event_type": "bench.append", "resource_type": "Bench",
+                  "resource_id": f"o{index}-{n}", "actor": "bench", "payload_hash": bytes_hash(canonical_json(payload))}
+        recorded = datetime.now(UTC)
+        with transaction.atomic():
+            head = LedgerHead.objects.select_for_update().get(pk=1)
+            sequence = head.sequence + 1
+            event_hash = chain_hash(head.hash, canonical_event(sequence=sequence, recorded_at=iso(recorded), **fields))
+            LedgerEvent.objects.create(sequence=sequence, payload=payload, prev_hash=head.hash, hash=event_hash,
+                                       recorded_at=recorded, **fields,
+                                       **event_trail(resource_type="Bench", resource_id=fields["resource_id"],
+                                                     payload=payload))
+            LedgerHead.objects.filter(pk=1).update(sequence=sequence, hash=event_hash)
+
+    ledger_record(event_type="bench.warmup", resource_type="Bench", resource_id=f"o{index}", actor="bench")
+    start, stop = _wait_for_start(ready, window)
+    done = 0
+    while time.time() < stop:
+        append(done)
+        done += 1
     counts[index] = done
 
 
@@ -125,13 +173,15 @@ def measure(writers: int, seconds: float) -> dict:
         appends = _run(_appender, (), writers, seconds)
         alone = _run(_appender, (), 1, seconds)
         batched = _run(_batcher, (), writers, seconds)
+        orm = _run(_orm_appender, (), writers, seconds)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {PROBE_TABLE}")
     return {"writers": writers, "seconds": seconds, "appends": appends, "inserts": inserts,
             "appends_per_second": appends / seconds, "inserts_per_second": inserts / seconds,
             "appends_one_writer": alone, "appends_one_writer_per_second": alone / seconds,
-            "batch": BATCH, "batched": batched, "batched_per_second": batched / seconds}
+            "batch": BATCH, "batched": batched, "batched_per_second": batched / seconds,
+            "orm": orm, "orm_per_second": orm / seconds}
 
 
 if __name__ == "__main__":
