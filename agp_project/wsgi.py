@@ -10,6 +10,6 @@ application = get_wsgi_application()
 # What start-up created (Django, the apps, their modules and settings) lives as long as the
 # process. Frozen, it is out of the collector's sight: a full collection, which walked all
 # of it and paused a worker for over 100 ms (a p99 spike in the benchmark), only walks what
-# requests created since (docs/performance.md).
+# requests created since.
 gc.collect()
 gc.freeze()

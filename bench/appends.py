@@ -1,19 +1,26 @@
 """Scenario (h): concurrent ledger appends against PostgreSQL's own durable INSERT rate.
 
-    python -m bench.appends 8 10      # 8 writers for 10 s each way; prints JSON
+    python -m bench.appends 8 10      # 8 writers for 10 s each measurement; prints JSON
 
-Two measurements in one run, one after the other, with the same number of writer
-processes, each on its own connection, for the same time:
+Measurements one after the other, each writer a process on its own connection, each for
+the same time:
 
-- ``appends``: each writer calls the service's append, ``core.ledger.ledger_record`` (one
-  event in a transaction of its own, as a validation or a refusal records itself), in a loop;
-- ``inserts``: each writer runs a durable one-row ``INSERT`` in autocommit through psycopg
-  into a table of its own making: what any committed write costs on this database, with
-  group commit sharing the flushes among the writers.
+- ``inserts``: ``writers`` processes each run a durable one-row ``INSERT`` in autocommit
+  through psycopg into a table of its own making: what any committed write costs on this
+  database, with group commit sharing the flushes among the writers;
+- ``appends``: ``writers`` processes each call the service's append,
+  ``core.ledger.ledger_record`` (one event in a transaction of its own, as a validation or
+  a refusal records itself), in a loop;
+- ``appends_one_writer``: the same with one process: the time one append holds the head;
+- ``batched``: ``writers`` processes each append ``BATCH`` events per transaction
+  (``core.ledger.ledger_batch``: one statement, one commit): what batching buys;
+- ``orm``: ``writers`` processes each append one event per transaction the way other
+  databases do it, through the ORM (lock the head, insert the event, move the head: three
+  statements): what the one-statement append on PostgreSQL buys.
 
 Every append is ordered after the others by the ledger's single head row, so the ratio
-of the two rates is the share of the database's write capacity a single chain can use
-(docs/scaling.md).
+of the first two rates is the share of the database's write capacity a single chain can
+use (docs/scaling.md).
 """
 
 import json
@@ -23,17 +30,17 @@ import sys
 import time
 
 PROBE_TABLE = "bench_append_probe"
+BATCH = 10
 
 
-def _appender(start: float, stop: float, counts, index: int) -> None:
+def _appender(ready, window, counts, index: int) -> None:
     import django
 
     django.setup()
     from core.ledger import ledger_record
 
     ledger_record(event_type="bench.warmup", resource_type="Bench", resource_id=f"w{index}", actor="bench")
-    while time.time() < start:
-        time.sleep(0.001)
+    start, stop = _wait_for_start(ready, window)
     done = 0
     while time.time() < stop:
         ledger_record(event_type="bench.append", resource_type="Bench", resource_id=f"w{index}-{done}",
@@ -42,13 +49,77 @@ def _appender(start: float, stop: float, counts, index: int) -> None:
     counts[index] = done
 
 
-def _inserter(url: str, start: float, stop: float, counts, index: int) -> None:
+def _batcher(ready, window, counts, index: int) -> None:
+    import django
+
+    django.setup()
+    from django.db import transaction
+
+    from core.ledger import ledger_append, ledger_batch, ledger_record
+
+    ledger_record(event_type="bench.warmup", resource_type="Bench", resource_id=f"b{index}", actor="bench")
+    start, stop = _wait_for_start(ready, window)
+    done = 0
+    while time.time() < stop:
+        with transaction.atomic(), ledger_batch():
+            for _ in range(BATCH):
+                ledger_append(event_type="bench.append", resource_type="Bench", resource_id=f"b{index}-{done}",
+                              actor="bench", payload={"writer": index, "n": done})
+                done += 1
+    counts[index] = done
+
+
+def _orm_appender(ready, window, counts, index: int) -> None:
+    """Appends as ``core.ledger`` does on SQLite, from public pieces, on PostgreSQL."""
+    import django
+
+    django.setup()
+    from datetime import UTC, datetime
+
+    from django.db import transaction
+
+    from agp_project.canonical import bytes_hash, canonical_json
+    from agp_project.ids import new_id
+    from agp_project.timeutil import iso
+    from core.ledger import canonical_event, chain_hash, ledger_record
+    from core.models import LedgerEvent, LedgerHead
+
+    try:
+        from core.ledger import event_trail
+    except ImportError:  # a ledger without the task and action columns
+        def event_trail(**_):
+            return {}
+
+    def append(n: int) -> None:
+        payload = {"writer": index, "n": n}
+        fields = {"event_id": new_id("evt"), "event_type": "bench.append", "resource_type": "Bench",
+                  "resource_id": f"o{index}-{n}", "actor": "bench", "payload_hash": bytes_hash(canonical_json(payload))}
+        recorded = datetime.now(UTC)
+        with transaction.atomic():
+            head = LedgerHead.objects.select_for_update().get(pk=1)
+            sequence = head.sequence + 1
+            event_hash = chain_hash(head.hash, canonical_event(sequence=sequence, recorded_at=iso(recorded), **fields))
+            LedgerEvent.objects.create(sequence=sequence, payload=payload, prev_hash=head.hash, hash=event_hash,
+                                       recorded_at=recorded, **fields,
+                                       **event_trail(resource_type="Bench", resource_id=fields["resource_id"],
+                                                     payload=payload))
+            LedgerHead.objects.filter(pk=1).update(sequence=sequence, hash=event_hash)
+
+    ledger_record(event_type="bench.warmup", resource_type="Bench", resource_id=f"o{index}", actor="bench")
+    start, stop = _wait_for_start(ready, window)
+    done = 0
+    while time.time() < stop:
+        append(done)
+        done += 1
+    counts[index] = done
+
+
+def _inserter(url: str, ready, window, counts, index: int) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"INSERT INTO {PROBE_TABLE} (writer) VALUES (%s)", [index], prepare=True)
-        while time.time() < start:
-            time.sleep(0.001)
+        start, stop = _wait_for_start(ready, window)
         done = 0
         while time.time() < stop:
             conn.execute(f"INSERT INTO {PROBE_TABLE} (writer) VALUES (%s)", [index], prepare=True)
@@ -56,14 +127,34 @@ def _inserter(url: str, start: float, stop: float, counts, index: int) -> None:
     counts[index] = done
 
 
+def _wait_for_start(ready, window) -> tuple[float, float]:
+    """Say this writer is set up, then wait for the window the parent opens once all are."""
+    ready.release()
+    while window[0] == 0.0:
+        time.sleep(0.001)
+    start, stop = window[0], window[1]
+    while time.time() < start:
+        time.sleep(0.001)
+    return start, stop
+
+
 def _run(target, args: tuple, writers: int, seconds: float) -> int:
     context = multiprocessing.get_context("spawn")
     counts = context.Array("q", writers)
-    start = time.time() + 3.0  # every process set up and connected before the clock starts
-    stop = start + seconds
-    processes = [context.Process(target=target, args=(*args, start, stop, counts, i)) for i in range(writers)]
+    ready = context.Semaphore(0)
+    window = context.Array("d", 2)  # (start, stop), epoch seconds; 0 until every writer is ready
+    processes = [context.Process(target=target, args=(*args, ready, window, counts, i)) for i in range(writers)]
     for process in processes:
         process.start()
+    # The clock starts once every process is set up and connected, however long that took.
+    for _ in processes:
+        if not ready.acquire(timeout=300):
+            for process in processes:
+                process.kill()
+            raise SystemExit("a writer was not ready within 300 s")
+    start = time.time() + 0.1
+    window[1] = start + seconds
+    window[0] = start
     for process in processes:
         process.join()
         if process.exitcode != 0:
@@ -80,11 +171,17 @@ def measure(writers: int, seconds: float) -> dict:
     try:
         inserts = _run(_inserter, (url,), writers, seconds)
         appends = _run(_appender, (), writers, seconds)
+        alone = _run(_appender, (), 1, seconds)
+        batched = _run(_batcher, (), writers, seconds)
+        orm = _run(_orm_appender, (), writers, seconds)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {PROBE_TABLE}")
     return {"writers": writers, "seconds": seconds, "appends": appends, "inserts": inserts,
-            "appends_per_second": appends / seconds, "inserts_per_second": inserts / seconds}
+            "appends_per_second": appends / seconds, "inserts_per_second": inserts / seconds,
+            "appends_one_writer": alone, "appends_one_writer_per_second": alone / seconds,
+            "batch": BATCH, "batched": batched, "batched_per_second": batched / seconds,
+            "orm": orm, "orm_per_second": orm / seconds}
 
 
 if __name__ == "__main__":

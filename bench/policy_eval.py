@@ -64,7 +64,7 @@ def calibration_us() -> float:
     It tells a slow or busy moment from a fast one, for one interpreter: it measures the
     interpreter's build as much as the machine (on one VM, 10.5 us under pyenv's default
     build and 5.2 us under Debian's optimised one, while the service's requests cost the
-    same CPU under both within the noise; docs/performance.md).
+    same CPU under both within the noise).
     """
     import timeit
 

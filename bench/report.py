@@ -88,6 +88,10 @@ def table(results: dict) -> str:
     if "g" in results:
         g = results["g"]
         rows.append(("(g) verify_ledger", f"{g['events']}", f"{g['events_per_second']:.0f} ev/s", "", "", ""))
+    if "g_python" in results:
+        g = results["g_python"]
+        rows.append(("(g) the same walked in Python", f"{g['events']}", f"{g['events_per_second']:.0f} ev/s",
+                     "", "", ""))
     if "g_hash" in results:
         g = results["g_hash"]
         rows.append(("(g) SHA-256 of the same bytes, 1 process", f"{g['events']}",
@@ -98,6 +102,15 @@ def table(results: dict) -> str:
                      f"{h['appends_per_second']:.0f}/s", "", "", ""))
         rows.append((f"(h) PostgreSQL durable INSERTs, {h['writers']} writers", f"{h['inserts']}",
                      f"{h['inserts_per_second']:.0f}/s", "", "", ""))
+        if "appends_one_writer" in h:
+            rows.append(("(h) ledger appends, 1 writer", f"{h['appends_one_writer']}",
+                         f"{h['appends_one_writer_per_second']:.0f}/s", "", "", ""))
+        if "orm" in h:
+            rows.append((f"(h) the same through the ORM (3 statements), {h['writers']} writers", f"{h['orm']}",
+                         f"{h['orm_per_second']:.0f}/s", "", "", ""))
+        if "batched" in h:
+            rows.append((f"(h) ledger appends, {h['writers']} writers, {h['batch']} a transaction", f"{h['batched']}",
+                         f"{h['batched_per_second']:.0f}/s", "", "", ""))
     header = ("scenario", "n", "throughput", "p50 ms", "p95 ms", "p99 ms")
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     lines = [" | ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)),

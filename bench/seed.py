@@ -83,9 +83,11 @@ def main() -> None:
                                    operations=["update"],
                                    allowed_parameter_ranges={"limit": {"min": 1, "max": 100}})
     skill_create(actor=actor, agent_id=main_agent, name="crm connector", tool_id="crm", version="1")
+    # An evaluation clears an envelope only for the action it was made for (CONTRACT C12).
+    action = {"tool_id": "crm", "operation": "update", "parameters": {"limit": 10}}
     evaluation = policy_evaluation_create(
         actor=actor, policy_set_id=policy_sets[0], task_id=task.task_id, agent_id=main_agent,
-        input=dict(SAMPLE_INPUT, action_class="write"))
+        input=dict(SAMPLE_INPUT, action_class="write"), action=action)
     assert evaluation.allowed and evaluation.require_approval, evaluation.result
     decision = decision_create(actor=actor, task_id=task.task_id, agent_id=main_agent, outcome="approve",
                                rationale="within policy", policy_evaluation_ref=evaluation.evaluation_id)
@@ -96,9 +98,10 @@ def main() -> None:
     json.dump({
         "root_principal": root, "chain_agents": chain_agents, "delegations": delegations,
         "task_ids": task_ids[:200], "policy_sets": policy_sets,
-        "envelope": {"task_id": task.task_id, "agent_id": main_agent, "tool_id": "crm", "operation": "update",
-                     "capability_token_ref": capability.capability_id, "decision_ref": decision.decision_id,
-                     "policy_decision_ref": evaluation.evaluation_id, "parameters": {"limit": 10}},
+        "envelope": {"task_id": task.task_id, "agent_id": main_agent, "tool_id": action["tool_id"],
+                     "operation": action["operation"], "capability_token_ref": capability.capability_id,
+                     "decision_ref": decision.decision_id, "policy_decision_ref": evaluation.evaluation_id,
+                     "parameters": action["parameters"]},
         "seconds": round(time.perf_counter() - started, 1),
     }, sys.stdout)
 

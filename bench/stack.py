@@ -19,7 +19,7 @@ PYTHON = sys.executable
 
 
 def log(message: str) -> None:
-    print(f"==> {message}", file=sys.stderr, flush=True)
+    print(f"==> {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
 def run_json(args: list[str], env: dict, stdin: str | None = None, timeout: float = 1800) -> dict:
