@@ -92,7 +92,9 @@ def policy_set_create(
         raise errors.invalid_fields({"ruleset_hash": [f"Does not match the ruleset: its hash is {computed}."]})
     problem = engine.ruleset_problem(ruleset=ruleset)
     if problem is not None:
-        raise errors.invalid_fields({"ruleset": [problem]}, "The ruleset cannot be registered.")
+        # C12 names the engine's message details.ruleset; C2's field errors name it too.
+        raise errors.InvalidRequest("The ruleset cannot be registered.",
+                                    details={"ruleset": problem, "fields": {"ruleset": [problem]}})
     tests = [dict(test) for test in tests or []]
     test_summary = _policy_tests_run(ruleset=ruleset, ruleset_hash=computed, tests=tests) if tests else None
     require_future(expires_at, field="expires_at", now=now)
