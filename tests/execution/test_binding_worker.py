@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from core import outbox
 from core.models import OutboxMessage
 from execution.models import Receipt
 from registry.models import Task
@@ -19,6 +18,7 @@ from tests.execution.worker import (  # noqa: F401 - fixtures
     ledger_event_types,
     module_worker,
     poll_until_ended,
+    publishing_fails,
     submit_async,
     test_broker,
     worker_db,
@@ -53,14 +53,12 @@ def test_the_worker_sends_the_mail_its_evaluation_was_made_for_and_nothing_else(
 
 
 def test_the_worker_refuses_an_operation_whose_task_was_reassigned_after_acceptance(api, settings, receiver,
-                                                                                   module_worker, worker_db,
-                                                                                   monkeypatch):
+                                                                                   module_worker, worker_db):
     settings.AGP_ALLOW_PRIVATE_URLS = True
     world = make_full_world(connector="http", endpoint_url=receiver.url("/pay"))
     # Accepted and committed, its message held back: the worker cannot start before the change.
-    monkeypatch.setattr(outbox, "_publish", lambda message: False)
-    operation_id = submit_async(api, world.envelope_request())["operation_id"]
-    monkeypatch.undo()
+    with publishing_fails():
+        operation_id = submit_async(api, world.envelope_request())["operation_id"]
     # Between acceptance and execution the task is given to another agent (an admin edit).
     Task.objects.filter(pk=world.task.pk).update(agent_id="agent-successor")
     # Now let the outbox sweep publish the message.

@@ -178,7 +178,8 @@ def service_classes() -> list[type]:
                                if info.name != "agp_project.settings.production"]
         for module in modules:
             classes += [value for value in vars(module).values()
-                        if isinstance(value, type) and value.__module__ == module.__name__]
+                        # type(value), not isinstance: a Celery task proxy resolves itself on __class__.
+                        if issubclass(type(value), type) and value.__module__ == module.__name__]
     return classes
 
 
