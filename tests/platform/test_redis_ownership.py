@@ -65,9 +65,11 @@ def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
         database_url = sub_run_database_url()
         if database_url:
             env["AGP_DATABASE_URL"] = database_url
-        # Every test that uses Redis (they are marked redis), in a run of their own.
+        # Every test that uses Redis (they are marked redis), in a run of their own; the two
+        # fuzzers (tests/reliability/test_*_fuzz.py) take Redis as the others do, through the
+        # same fixture, and would only add minutes of requests.
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-m", "redis", "-q", "-p", "no:cacheprovider",
+            [sys.executable, "-m", "pytest", "-m", "redis", "-k", "not fuzz", "-q", "-p", "no:cacheprovider",
              f"--basetemp={tmp_path / 'sub-run'}"],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr
