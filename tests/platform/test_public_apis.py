@@ -177,8 +177,9 @@ def service_classes() -> list[type]:
                                for info in pkgutil.walk_packages(package.__path__, f"{package_name}.")
                                if info.name != "agp_project.settings.production"]
         for module in modules:
+            # type(value), not isinstance: a Celery task proxy resolves its __class__ lazily.
             classes += [value for value in vars(module).values()
-                        if isinstance(value, type) and value.__module__ == module.__name__]
+                        if issubclass(type(value), type) and value.__module__ == module.__name__]
     return classes
 
 
