@@ -80,17 +80,16 @@ def database_url() -> str:
 def point_app_at(*, url: str, queue: str) -> None:
     """Make this process's Celery app publish to ``url``/``queue``.
 
-    ``app.close()`` drops the app's broker pool (without closing it: kombu keeps pools in a
-    process-wide registry keyed by the connection's parameters, and a closed pool left there
-    would break the next publisher of that URL), and deleting the cached ``app.amqp`` makes
-    the next publish build its producer pool, queues and routes from the new settings.
+    Deleting the cached ``app.amqp`` makes the next publish build its producer pool (kombu's,
+    keyed on the new URL), queues and routes from the new settings. The app's own connection
+    pool is left as it is: publishing does not use it (only its size limit), and closing it
+    would close kombu's process-wide pool of the old URL for its next user.
     """
     from agp_project.celery import app
 
     app.conf.broker_url = url
     app.conf.broker_transport_options = {"visibility_timeout": 3600}
     app.conf.task_default_queue = queue
-    app.close()
     del app.amqp
 
 

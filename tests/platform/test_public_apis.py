@@ -24,6 +24,7 @@ Documented exceptions: Django's model API ``Model._meta``, ``Model._state``,
 
 import ast
 import importlib
+import os
 import pkgutil
 from pathlib import Path
 
@@ -44,8 +45,11 @@ def is_private(name: str) -> bool:
 
 
 def python_files() -> list[Path]:
-    return sorted(path for path in ROOT.rglob("*.py")
-                  if not any(part.startswith(".") or part in SKIPPED_DIRS for part in path.relative_to(ROOT).parts))
+    found = []
+    for directory, subdirectories, files in os.walk(ROOT):
+        subdirectories[:] = [name for name in subdirectories if not name.startswith(".") and name not in SKIPPED_DIRS]
+        found += [Path(directory, name) for name in files if name.endswith(".py")]
+    return sorted(found)
 
 
 FIRST_PARTY = {path.name for path in ROOT.iterdir()
@@ -89,14 +93,14 @@ class OwnNames:
         self.module_level = {name for name in self.module_level if is_private(name)} | self.attributes
 
 
-def private_uses(source: str, *, own: OwnNames, where: str = "<source>") -> list[str]:
+def private_uses(source: str | ast.AST, *, own: OwnNames, where: str = "<source>") -> list[str]:
     """Each use of a dependency's private name in ``source``, as ``where:line: what``.
 
     A private attribute of something imported from this repository may be any name the
     repository defines; of any other object (a parameter, a call's result), only a name the
     repository defines as an attribute or method.
     """
-    tree = ast.parse(source)
+    tree = ast.parse(source) if isinstance(source, str) else source
     local = OwnNames([tree])
     attributes, module_level = own.attributes | local.attributes, own.module_level | local.module_level
     found = []
@@ -177,20 +181,21 @@ def service_classes() -> list[type]:
                                for info in pkgutil.walk_packages(package.__path__, f"{package_name}.")
                                if info.name != "agp_project.settings.production"]
         for module in modules:
+            # type(value), not isinstance: a Celery task proxy resolves its __class__ lazily.
             classes += [value for value in vars(module).values()
-                        # type(value), not isinstance: a Celery task proxy resolves itself on __class__.
                         if issubclass(type(value), type) and value.__module__ == module.__name__]
     return classes
 
 
 @pytest.fixture(scope="module")
-def sources() -> dict[Path, str]:
-    return {path: path.read_text(encoding="utf-8") for path in python_files()}
+def sources() -> dict[Path, ast.AST]:
+    """Every Python file of the repository, parsed."""
+    return {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in python_files()}
 
 
 @pytest.fixture(scope="module")
 def own(sources) -> OwnNames:
-    return OwnNames([ast.parse(source) for source in sources.values()])
+    return OwnNames(list(sources.values()))
 
 
 def test_no_file_uses_a_private_name_of_a_dependency(sources, own):
@@ -205,10 +210,10 @@ def test_no_class_of_the_service_overrides_a_private_name_of_a_dependency():
     assert [found for cls in classes for found in private_overrides(cls)] == []
 
 
-def private_helpers_used(source: str, *, where: str = "<source>") -> list[str]:
+def private_helpers_used(source: str | ast.AST, *, where: str = "<source>") -> list[str]:
     """Each private name of the service (or its client) that ``source`` imports or reaches
     through an imported module or object: tests aim at behaviour, not at private helpers."""
-    tree = ast.parse(source)
+    tree = ast.parse(source) if isinstance(source, str) else source
     found, imported = [], set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \

@@ -13,6 +13,12 @@ from tests.platform.conftest import ROOT
 from tests.redis_server import RedisServer
 
 OWNED = 3
+# Run here too, these would add minutes and show nothing more: they use Redis only as the
+# broker of the live server (and worker) they start, as the worker tests of this run do
+# (tests/execution/test_worker.py and its neighbours on PostgreSQL; on SQLite the in-process
+# publishers of tests/reliability/test_unsafe_consumption.py).
+BROKER_ONLY_HEAVY = ("tests/reliability/test_schema_fuzz.py", "tests/reliability/test_hostile_fuzz.py",
+                     "tests/reliability/test_hostile_clients.py", "tests/reliability/test_races.py")
 WRITES = ("set", "setex", "incr", "incrby", "lpush", "rpush", "sadd", "zadd", "hset")
 
 
@@ -65,12 +71,10 @@ def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
         database_url = sub_run_database_url()
         if database_url:
             env["AGP_DATABASE_URL"] = database_url
-        # Every test that uses Redis (they are marked redis), in a run of their own; the two
-        # fuzzers (tests/reliability/test_*_fuzz.py) take Redis as the others do, through the
-        # same fixture, and would only add minutes of requests.
+        # The tests that use Redis (they are marked redis), in a run of their own.
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-m", "redis", "-k", "not fuzz", "-q", "-p", "no:cacheprovider",
-             f"--basetemp={tmp_path / 'sub-run'}"],
+            [sys.executable, "-m", "pytest", "-m", "redis", "-q", "-p", "no:cacheprovider",
+             f"--basetemp={tmp_path / 'sub-run'}", *(f"--ignore={path}" for path in BROKER_ONLY_HEAVY)],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
