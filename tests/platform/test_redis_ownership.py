@@ -13,12 +13,18 @@ from tests.platform.conftest import ROOT
 from tests.redis_server import RedisServer
 
 OWNED = 3
-# Run here too, these would add minutes and show nothing more: they use Redis only as the
-# broker of the live server (and worker) they start, as the worker tests of this run do
-# (tests/execution/test_worker.py and its neighbours on PostgreSQL; on SQLite the in-process
-# publishers of tests/reliability/test_unsafe_consumption.py).
-BROKER_ONLY_HEAVY = ("tests/reliability/test_schema_fuzz.py", "tests/reliability/test_hostile_fuzz.py",
-                     "tests/reliability/test_hostile_clients.py", "tests/reliability/test_races.py")
+# Left out of the sub-run: they use Redis only as the broker of the servers and workers they
+# start, the way tests/execution/test_worker.py and test_worker_recovery.py (a killed worker's
+# unacknowledged messages included) do in it, and would add minutes to every run. On SQLite
+# the sub-run's publishers are the test process itself (tests/reliability/test_unsafe_consumption.py).
+BROKER_ONLY_HEAVY = (
+    "tests/reliability/test_schema_fuzz.py", "tests/reliability/test_hostile_fuzz.py",
+    "tests/reliability/test_hostile_clients.py", "tests/reliability/test_races.py",
+    "tests/reliability/test_dead_receiver.py", "tests/execution/test_freeze_worker.py",
+    "tests/execution/test_mcp_worker.py", "tests/decision/test_backtest_worker.py",
+    "tests/platform/test_checkpoints.py", "tests/platform/test_operating_live.py",
+    "tests/agp_client/test_client_execution_live.py",
+)
 WRITES = ("set", "setex", "incr", "incrby", "lpush", "rpush", "sadd", "zadd", "hset")
 
 
