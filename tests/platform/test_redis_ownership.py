@@ -62,6 +62,9 @@ def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
 
         env = {key: value for key, value in os.environ.items() if key not in ("AGP_DATABASE_URL", "PYTEST_ADDOPTS")}
         env["AGP_REDIS_TEST_URL"] = server.url(OWNED)
+        # The fuzzers use Redis (their server's broker) the same way whatever their number of
+        # examples: a few each keep the sub-run short.
+        env.update(AGP_FUZZ_MAX_EXAMPLES="1", AGP_HOSTILE_FUZZ_EXAMPLES="2")
         database_url = sub_run_database_url()
         if database_url:
             env["AGP_DATABASE_URL"] = database_url
@@ -69,7 +72,7 @@ def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-m", "redis", "-q", "-p", "no:cacheprovider",
              f"--basetemp={tmp_path / 'sub-run'}"],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1200)
         summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
         assert int(re.search(r"(\d+) passed", summary).group(1)) >= 4, summary
