@@ -19,7 +19,8 @@ OWNED = 3
 # the sub-run's publishers are the test process itself (tests/reliability/test_unsafe_consumption.py).
 BROKER_ONLY_HEAVY = (
     "tests/reliability/test_schema_fuzz.py", "tests/reliability/test_hostile_fuzz.py",
-    "tests/reliability/test_hostile_clients.py", "tests/reliability/test_races.py",
+    "tests/reliability/test_hostile_clients.py", "tests/reliability/test_hostile_requests.py",
+    "tests/reliability/test_races.py",
     "tests/reliability/test_dead_receiver.py", "tests/execution/test_freeze_worker.py",
     "tests/execution/test_mcp_worker.py", "tests/decision/test_backtest_worker.py",
     "tests/platform/test_checkpoints.py", "tests/platform/test_operating_live.py",
