@@ -64,6 +64,26 @@ def test_the_dashboard_counts_open_escalations_and_names_a_broken_chain(auditor_
     assert f"BROKEN at event #{tampered.sequence}" in page
 
 
+def test_the_dashboard_lists_the_active_freezes_and_not_the_lifted_ones(auditor_client, api):
+    def freeze(target_id, reason):
+        response = api.post("/agp/freezes", {"target_type": "agent", "target_id": target_id, "reason": reason},
+                            format="json")
+        assert response.status_code == 201, response.content
+        return response.json()["freeze_id"]
+
+    active = freeze("agent-gone-rogue", "spending spree under review")
+    lifted = freeze("agent-cleared", "false alarm")
+    assert api.patch(f"/agp/freezes/{lifted}", {"status": "lifted"}, format="json").status_code == 200
+
+    response = auditor_client.get(reverse("audit:dashboard"))
+
+    assert [f.freeze_id for f in response.context["figures"].active_freezes] == [active]
+    card = response.content.decode().split('id="active-freezes"')[1].split("</div>")[0]
+    assert "Active freezes: <span class=\"agp-big\">1</span>" in card
+    assert "agent agent-gone-rogue" in card and "spending spree under review" in card
+    assert "agent-cleared" not in card
+
+
 def test_an_actions_timeline_lists_its_records_in_time_order_with_verified_signatures(auditor_client, audited):
     response = auditor_client.get(reverse("audit:timeline", args=[audited.envelope.action_id]))
 

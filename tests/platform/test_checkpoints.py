@@ -8,7 +8,7 @@ import logging
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agp_project.signing import get_signer, verify_resource
@@ -211,10 +211,13 @@ def test_checkpoints_taken_while_events_are_appended_all_hold(transactional_db):
 @pytest.mark.postgres
 def test_the_worker_signs_a_checkpoint_every_few_seconds_when_the_ledger_grew(worker_factory, worker_db):
     worker = worker_factory.start(AGP_CHECKPOINT_SECONDS="1")
-    append(5)
+    # Each batch in one transaction: the worker sees 0, 5, then 8 events, never a batch half done.
+    with transaction.atomic():
+        append(5)
     wait_for(lambda: Checkpoint.objects.filter(tree_size=5).exists(), timeout=30,
              message="a checkpoint of 5 events", worker=worker)
-    append(3)
+    with transaction.atomic():
+        append(3)
     wait_for(lambda: Checkpoint.objects.filter(tree_size=8).exists(), timeout=30,
              message="a checkpoint of 8 events", worker=worker)
 
