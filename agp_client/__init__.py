@@ -29,13 +29,21 @@ from .errors import (  # noqa: E402
     RateLimitedError,
     ScopeError,
     ServerError,
+    SignatureError,
     ToolChangedError,
     TransportError,
     UnavailableError,
     UnsupportedMediaTypeError,
     ValidationError,
 )
-from .signatures import payload_hash, verify_signature  # noqa: E402
+from .signatures import (  # noqa: E402
+    delegation_link_payload,
+    payload_hash,
+    signature_problem,
+    signature_problems,
+    signed_resources,
+    verify_signature,
+)
 from .transparency import (  # noqa: E402
     VerificationError,
     verify_checkpoint,
@@ -49,7 +57,8 @@ __all__ = [
     "DelegationScopeViolationError", "ExecutionFailedError", "FrozenError", "IdempotencyInProgressError",
     "IdempotencyKeyMismatchError", "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError",
     "NotFoundError", "OperationTimeoutError", "PayloadTooLargeError", "PolicyTestFailedError",
-    "PrerequisiteFailedError", "RateLimitedError", "ScopeError", "ServerError", "ToolChangedError", "TransportError", "UnavailableError", "UnsupportedMediaTypeError",
-    "ValidationError", "payload_hash", "verify_signature", "VerificationError", "verify_checkpoint",
-    "verify_consistency", "verify_evidence", "verify_inclusion",
+    "PrerequisiteFailedError", "RateLimitedError", "ScopeError", "ServerError", "SignatureError", "ToolChangedError",
+    "TransportError", "UnavailableError", "UnsupportedMediaTypeError", "ValidationError", "delegation_link_payload",
+    "payload_hash", "signature_problem", "signature_problems", "signed_resources", "verify_signature",
+    "VerificationError", "verify_checkpoint", "verify_consistency", "verify_evidence", "verify_inclusion",
 ]

@@ -12,6 +12,7 @@ from typing import Any
 import requests
 
 from . import __version__, numbers
+from .errors import SignatureError
 from .resources import (
     ActionEnvelopes,
     Decisions,
@@ -24,7 +25,7 @@ from .resources import (
     Tasks,
     _segment,
 )
-from .signatures import verify_signature
+from .signatures import signature_problem, signature_problems, signed_resources, signing_kids
 from .transparency import VerificationError, checkpoint_problem, verify_consistency
 from .transport import Response, RetryPolicy, TokenManager, Transport
 
@@ -41,6 +42,12 @@ class AGPClient:
     the same on each retry, so a retried write is executed once. Errors raise the typed
     exceptions of ``agp_client.errors``.
 
+    With ``verify_signatures=True`` every signed record in every response (envelopes and
+    their attestations, receipts, delegation links, policy sets, impact assessments,
+    approvals, freezes, checkpoints, evidence bundles; each item of a page) is verified
+    against the service's JWKS before the call returns, and one that does not verify raises
+    ``SignatureError``. Off by default: ``verify_signature(resource)`` checks one on demand.
+
     >>> client = AGPClient("http://localhost:8000", client_id="ops", client_secret="...")
     >>> task = client.tasks.create(root_principal="acme", agent_id="agent-1", title="Refund",
     ...                            risk_level="low", action_class="transact")
@@ -50,7 +57,7 @@ class AGPClient:
     def __init__(self, base_url: str, client_id: str | None = None, client_secret: str | None = None, *,
                  timeout: float = 10.0, max_retries: int = 4, backoff: float = 0.5, max_backoff: float = 30.0,
                  scope: str | None = None, token_refresh_skew: float = 30.0, user_agent: str | None = None,
-                 checkpoint_file: str | os.PathLike | None = None):
+                 checkpoint_file: str | os.PathLike | None = None, verify_signatures: bool = False):
         if (client_id is None) != (client_secret is None):
             raise ValueError("Give both client_id and client_secret, or neither.")
         self.base_url = base_url.rstrip("/")
@@ -63,6 +70,7 @@ class AGPClient:
                                      scope=scope, refresh_skew=token_refresh_skew)
         self._jwks: dict[str, Any] | None = None
         self._jwks_lock = threading.Lock()
+        self.verify_signatures = verify_signatures
         self.checkpoint_file = Path(checkpoint_file) if checkpoint_file is not None else None
         self._checkpoint: dict[str, Any] | None = None
         self._checkpoint_lock = threading.Lock()
@@ -105,8 +113,11 @@ class AGPClient:
     # --- the one way requests go out ----------------------------------------------------
     def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
                 headers: dict[str, str] | None = None, idempotency_key: str | None = None,
-                authenticated: bool = True) -> Response:
-        """Send one API call (with its retries); a decoded 2xx ``Response`` or a typed exception."""
+                authenticated: bool = True, verify_signatures: bool | None = None) -> Response:
+        """Send one API call (with its retries); a decoded 2xx ``Response`` or a typed exception.
+
+        ``verify_signatures`` (default: the client's setting): raise ``SignatureError`` when a
+        signed record in the response does not verify against the service's JWKS."""
         method = method.upper()
         base_headers = {"Accept": "application/json", **(headers or {})}
         if method in WRITE_METHODS:
@@ -131,8 +142,12 @@ class AGPClient:
             return True
 
         # Writes always carry an Idempotency-Key, so they are as safe to retry as reads.
-        return self._transport.send(method, f"{self.base_url}{path}", retry=True, build=build,
-                                    on_unauthorized=on_unauthorized if use_token else None)
+        response = self._transport.send(method, f"{self.base_url}{path}", retry=True, build=build,
+                                        on_unauthorized=on_unauthorized if use_token else None)
+        if self.verify_signatures if verify_signatures is None else verify_signatures:
+            self.check_signatures(response.data, context=f"{method} {path}", status=response.status,
+                                  headers=response.headers)
+        return response
 
     # --- operations outside the collections ---------------------------------------------
     def replay(self, action_id: str, policy_set_id: str | None = None) -> dict[str, Any]:
@@ -145,23 +160,36 @@ class AGPClient:
         """The service's public signing keys (``/.well-known/jwks.json``), cached."""
         with self._jwks_lock:
             if self._jwks is None or refresh:
-                self._jwks = self.request("GET", "/.well-known/jwks.json", authenticated=False).data
+                self._jwks = self.request("GET", "/.well-known/jwks.json", authenticated=False,
+                                          verify_signatures=False).data
             return self._jwks
 
-    def verify_signature(self, resource: dict[str, Any], jwks: dict[str, Any] | None = None) -> bool:
-        """Check a signed resource (envelope, receipt, assessment, ...) against the service's keys.
-
-        With no ``jwks`` given, the cached JWKS is used, refreshed once when the signature's
-        ``kid`` is not in it (the service rotated its key).
-        """
-        if jwks is not None:
-            return verify_signature(resource, jwks)
+    def _keys_for(self, data: Any) -> dict[str, Any]:
+        """The cached JWKS, refreshed once when a signature in ``data`` names a key it lacks
+        (the service rotated its key)."""
         keys = self.jwks()
-        signature = resource.get("signature")
-        kid = signature.get("kid") if isinstance(signature, dict) else None
-        if kid and not any(key.get("kid") == kid for key in keys.get("keys", [])):
+        known = {key.get("kid") for key in keys.get("keys", []) if isinstance(key, dict)}
+        if signing_kids(data) - known:
             keys = self.jwks(refresh=True)
-        return verify_signature(resource, keys)
+        return keys
+
+    def verify_signature(self, resource: dict[str, Any], jwks: dict[str, Any] | None = None) -> bool:
+        """Check one signed resource (envelope, receipt, delegation link, assessment, approval, ...)
+        against the service's keys (``jwks`` when given, else the service's JWKS, cached)."""
+        return signature_problem(resource, jwks if jwks is not None else self._keys_for(resource)) is None
+
+    def check_signatures(self, data: Any, *, jwks: dict[str, Any] | None = None, context: str = "the response",
+                         status: int | None = None, headers: dict[str, str] | None = None) -> None:
+        """Raise ``SignatureError`` unless every signed record in ``data`` (a resource, a page, an
+        evidence bundle: ``agp_client.signed_resources``) verifies against ``jwks`` or the
+        service's JWKS. What ``verify_signatures=True`` runs on every response."""
+        if not signed_resources(data):
+            return
+        problems = signature_problems(data, jwks if jwks is not None else self._keys_for(data))
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise SignatureError(f"{context}: a signed record does not verify: {problems[0]}{more}",
+                                 problems=problems, status=status, body=data, headers=headers)
 
     # --- the transparency log (CONTRACT C15) ----------------------------------------------
     @property

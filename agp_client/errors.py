@@ -197,6 +197,24 @@ class OperationTimeoutError(AGPError):
         self.operation = operation
 
 
+class SignatureError(AGPError):
+    """A signed resource the service returned does not verify against its JWKS (raised by an
+    ``AGPClient(..., verify_signatures=True)``): it was changed after signing, or signed by a key
+    the service does not publish. Do not act on it.
+
+    ``problems`` lists every record of the response that failed (``"<label>: <why>"``);
+    ``body`` is the whole decoded response, ``status`` its (2xx) HTTP status.
+    """
+
+    def __init__(self, message: str, *, problems: list[str], status: int | None = None, body: Any = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message, status=status, body=body, headers=headers)
+        self.problems = list(problems)
+
+    def __str__(self) -> str:
+        return self.message
+
+
 BY_CODE: dict[str, type[AGPError]] = {
     cls.default_code: cls
     for cls in (ValidationError, PayloadTooLargeError, UnsupportedMediaTypeError, AuthenticationError, ScopeError,

@@ -20,15 +20,13 @@ from .merkle import leaf_hash
 from .merkle import verify_consistency as _verify_consistency
 from .merkle import verify_inclusion as _verify_inclusion
 from .numbers import canonical_json
-from .signatures import payload_hash, signature_value_verifies
+from .signatures import evidence_signed_records, signature_problem
 
 EVIDENCE_TYPE = "ActionEvidence"
 CHECKPOINT_FIELDS = ("tree_size", "root_hash", "issued_at", "signature")
 # The fields of a ledger event its hash chain and its Merkle leaf cover (CONTRACT C9, C15).
 CHAINED_FIELDS = ("actor", "event_id", "event_type", "payload_hash", "recorded_at", "resource_id", "resource_type",
                   "sequence")
-# What a delegation link's signature does not cover: the fields that change after issue.
-LINK_UNSIGNED_FIELDS = ("signature", "status", "revoked_at")
 
 
 class VerificationError(Exception):
@@ -91,43 +89,6 @@ def verify_checkpoint(checkpoint: dict[str, Any], jwks: dict[str, Any]) -> bool:
     return checkpoint_problem(checkpoint, jwks) is None
 
 
-def delegation_link_payload(link: dict[str, Any]) -> dict[str, Any]:
-    """What one delegation link's signature covers: the link without the fields that change after
-    issue, with ``signature_chain`` ending before the link's own signature (the parent's chain)."""
-    payload = {key: value for key, value in link.items() if key not in LINK_UNSIGNED_FIELDS}
-    payload["signature_chain"] = list(link.get("signature_chain") or [])[:-1]
-    return payload
-
-
-def signature_problem(record: dict[str, Any], jwks: dict[str, Any], *, delegation_link: bool = False) -> str | None:
-    """Why ``record``'s signature does not verify against ``jwks``, or None.
-
-    The one place every signed record is checked: ``payload_hash`` must be the hash of what
-    the signature covers (the record without ``signature``; for a delegation link, the link
-    over its parent's signature chain), and ``value`` an Ed25519 signature of it by the JWKS
-    key ``kid`` names.
-    """
-    signature = record.get("signature")
-    if not isinstance(signature, dict) or not signature:
-        return "it carries no signature"
-    if signature.get("alg") != "EdDSA":
-        return f"its signature algorithm is {signature.get('alg')!r}, not EdDSA"
-    try:
-        computed = payload_hash(delegation_link_payload(record) if delegation_link else record)
-    except (ValueError, TypeError) as exc:  # rfc8785 refuses what has no canonical form
-        return f"its content has no canonical JSON form ({exc})"
-    if computed != signature.get("payload_hash"):
-        return "its content is not what was signed (a field was changed: payload_hash does not match)"
-    if delegation_link and list(record.get("signature_chain") or [None])[-1] != signature.get("value"):
-        return "its signature is not the last entry of its signature_chain"
-    kid = signature.get("kid")
-    if not any(isinstance(key, dict) and key.get("kid") == kid for key in jwks.get("keys", [])):
-        return f"it is signed with key {kid!r}, which the JWKS does not hold"
-    if not signature_value_verifies(signature, jwks):
-        return f"its signature value does not verify with key {kid!r}"
-    return None
-
-
 def _canonical(value: Any) -> bytes:
     return canonical_json(value)  # the service's form: numbers exact (agp_client.numbers)
 
@@ -170,28 +131,6 @@ def event_problem(event: Any, proof: Any, checkpoint: dict[str, Any]) -> str | N
                             root_hash=checkpoint["root_hash"]):
         return f"its inclusion proof does not lead to the root hash of checkpoint {checkpoint['tree_size']}"
     return None
-
-
-def _signed_records(records: dict[str, Any]) -> list[tuple[str, dict[str, Any], bool]]:
-    """(label, record, is a delegation link) for every record of a bundle the service signed."""
-    signed = []
-    envelope = records.get("envelope")
-    if isinstance(envelope, dict):
-        signed.append((f"action envelope {envelope.get('action_id')}", envelope, False))
-        for number, attestation in enumerate(envelope.get("governance_attestations") or [], start=1):
-            if isinstance(attestation, dict):
-                signed.append((f"governance attestation {number} of the envelope", attestation, False))
-    if isinstance(records.get("policy_set"), dict):
-        signed.append((f"policy set {records['policy_set'].get('policy_set_id')}", records["policy_set"], False))
-    for assessment in records.get("impact_assessments") or []:
-        signed.append((f"impact assessment {assessment.get('assessment_id')}", assessment, False))
-    for approval in records.get("approvals") or []:
-        signed.append((f"approval {approval.get('approval_id')}", approval, False))
-    for link in records.get("delegation_chain") or []:
-        signed.append((f"delegation {link.get('delegation_id')}", link, True))
-    if isinstance(records.get("receipt"), dict):
-        signed.append((f"receipt {records['receipt'].get('receipt_id')}", records["receipt"], False))
-    return signed
 
 
 def _links_problem(bundle: dict[str, Any]) -> str | None:
@@ -261,7 +200,7 @@ def _verify_evidence(bundle: Any, jwks: dict[str, Any] | None) -> dict[str, Any]
     problem = checkpoint_problem(checkpoint, keys)
     if problem:
         raise fail(f"checkpoint {checkpoint.get('tree_size')}: {problem}")
-    signed = _signed_records(bundle["records"])
+    signed = evidence_signed_records(bundle["records"])
     for label, record, link in signed:
         problem = signature_problem(record, keys, delegation_link=link)
         if problem:

@@ -7,9 +7,9 @@ callback URL) goes through ``http_post``:
    and refuses it when ANY of its addresses is not a public unicast address (private,
    loopback, link-local, multicast, reserved, unspecified, shared/CGNAT, IPv4-mapped
    forms of those...).
-2. The connection itself checks the address it actually connected to, so a DNS answer
-   that changes between the check and the connect (DNS rebinding) is still refused
-   before a single byte of the request is sent.
+2. The connection goes to the address the check vetted, never to a second lookup of the
+   name, so a DNS answer that changes between the check and the connect (DNS rebinding)
+   is never used; TLS still verifies the certificate against the name.
 3. Redirects are never followed and proxies from the environment are ignored (a proxy
    would hide the real target from the check).
 
@@ -25,8 +25,6 @@ from urllib.parse import urlsplit
 import requests
 from django.conf import settings
 from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from agp_project import errors
 
@@ -125,46 +123,44 @@ def url_guard_registration(url: str, *, field: str = "url") -> None:
             raise
 
 
-class _PeerCheck:
-    """Refuse the socket when the address actually connected to is not allowed."""
+class PinnedAdapter(HTTPAdapter):
+    """Sends each request to the address the SSRF guard vetted, and only for the guarded host.
 
-    def _new_conn(self):
-        sock = super()._new_conn()
-        if not settings.AGP_ALLOW_PRIVATE_URLS:
-            peer = ipaddress.ip_address(sock.getpeername()[0].split("%", 1)[0])
-            refusal = address_refusal(peer)
-            if refusal:
-                sock.close()
-                raise UnsafeURL(f"{self.host} connected to {refusal}")
-        return sock
+    Through requests' documented subclassing hooks: the connection pool is keyed on the
+    vetted address instead of the name, so the name is never resolved again after the
+    check and a DNS answer that changes in between (DNS rebinding) is never used. The
+    ``Host`` header carries the name, and for https the TLS server name (SNI) and the
+    certificate check stay on the name (``server_hostname``). Where the name had several
+    addresses (all vetted), the first is used. With ``AGP_ALLOW_PRIVATE_URLS`` the guard
+    vets no address: requests then resolve as usual.
+    """
 
+    def __init__(self, guarded: GuardedURL):
+        super().__init__(max_retries=0)
+        self.guarded = guarded
 
-class _GuardedHTTPConnection(_PeerCheck, HTTPConnection):
-    """HTTP connection that refuses a peer address the guard forbids."""
+    def build_connection_pool_key_attributes(self, request, verify, cert=None):
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        scheme, host = host_params["scheme"], host_params["host"]
+        port = host_params["port"] or (443 if scheme == "https" else 80)
+        if (host, port) != (self.guarded.host, self.guarded.port):
+            raise UnsafeURL(f"a request to {host!r} left the guarded host {self.guarded.host!r}")
+        if self.guarded.addresses:
+            host_params["host"] = str(self.guarded.addresses[0])
+            if scheme == "https":
+                pool_kwargs["server_hostname"] = self.guarded.host
+        return host_params, pool_kwargs
 
-
-class _GuardedHTTPSConnection(_PeerCheck, HTTPSConnection):
-    """HTTPS connection that refuses a peer address the guard forbids."""
-
-
-class _GuardedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _GuardedHTTPConnection
-
-
-class _GuardedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _GuardedHTTPSConnection
-
-
-class _GuardedAdapter(HTTPAdapter):
-    def init_poolmanager(self, *args, **kwargs):
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
+    def add_headers(self, request, **kwargs):
+        if self.guarded.addresses:
+            request.headers["Host"] = urlsplit(request.url).netloc.rpartition("@")[2]
 
 
-def guarded_session() -> requests.Session:
+def guarded_session(guarded: GuardedURL) -> requests.Session:
+    """A session that calls only ``guarded``'s host, at the address the guard vetted."""
     session = requests.Session()
     session.trust_env = False  # no proxies from the environment: the guard must see the real target
-    adapter = _GuardedAdapter(max_retries=0)
+    adapter = PinnedAdapter(guarded)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -188,9 +184,9 @@ def http_post(*, url: str, body: bytes, headers: dict[str, str], timeout: float,
     Raises ``UnsafeURL`` when refused and ``requests.RequestException`` (or ``OSError``) when
     the target cannot be reached or times out.
     """
-    url_guard(url, field=field)
+    guarded = url_guard(url, field=field)
     all_headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers}
-    with guarded_session() as session:
+    with guarded_session(guarded) as session:
         response = session.post(url, data=body, headers=all_headers, timeout=timeout, allow_redirects=False,
                                 stream=True)
         try:

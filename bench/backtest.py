@@ -7,15 +7,15 @@
 
 For each size, on a PostgreSQL database recreated for it: migrate; create a task, a
 recorded (baseline) policy set and a candidate through the services; write the N recorded
-evaluations with ``COPY`` (the inputs and results the baseline's Rego gives, as
+evaluations with ``COPY`` (the inputs, actions and results the baseline's Rego gives, as
 ``policy_evaluation_create`` would have stored them); ``VACUUM (ANALYZE)``. Then start a
 real Celery worker (one pool process, as ``scripts/serve`` runs it on SQLite), ask
 for the backtest through ``decision.backtests.backtest_create`` (the service behind
 ``POST /agp/backtests``, so the task goes through the outbox and the broker), wait for it
 to end, and report: the rate (evaluations / (``completed_at`` - ``started_at``), the
-run's own time), and the peak RSS (``VmHWM``) of the pool process that ran it, before and
-after the run.
-The worker is a new one for each size, so each peak is that run's own.
+run's own time), and the peak RSS (``VmHWM``) of the pool process that ran it and of the
+engine processes it evaluates in (``core/engine/sandbox.py``: its children), before and
+after the run. The worker is a new one for each size, so each peak is that run's own.
 
 Prints one JSON object with both sizes (the last line) and a table on stderr. Needs
 PostgreSQL and Redis; refuses a Redis database another client uses (a stray worker would
@@ -75,6 +75,8 @@ require_approval if input.amount > 250
 deny contains "amount over 800" if input.amount > 800
 
 deny contains sprintf("merchant %s is blocked", [input.merchant]) if input.merchant in {"m-13", "m-17"}
+
+deny contains "refund to a closed account" if input.action.parameters.account == "closed"
 """
 
 CLASSES = ("read", "write", "communicate", "transact")
@@ -88,13 +90,20 @@ def recorded_input(i: int) -> dict:
             "channel": "api", "risk_level": "low", "customer": {"id": f"c-{i % 9973}", "tier": "gold"}}
 
 
+def recorded_action(i: int) -> dict:
+    """The action (CONTRACT C12) the evaluation was made for, as ``policy_evaluation_create`` stores it."""
+    return {"tool_id": "payments", "operation": "refund",
+            "parameters": {"amount": (i * 37) % 1500, "currency": "EUR", "account": "closed" if i % 97 == 0 else "open"}}
+
+
 def seed(n: int) -> dict:
     """The task, both policy sets (through the services) and ``n`` recorded evaluations (``COPY``)."""
     from django.db import connection, transaction
 
     from agp_project.canonical import canonical_json, content_hash
-    from decision import engine
+    from core import engine
     from decision.models import PolicyEvaluation
+    from decision.services import policy_evaluation_input
     from registry.services import policy_set_create, task_create
 
     started = time.perf_counter()
@@ -102,17 +111,20 @@ def seed(n: int) -> dict:
                        action_class="transact")
     baseline = policy_set_create(actor="bench", name="baseline", version="1", ruleset=BASELINE)
     candidate = policy_set_create(actor="bench", name="candidate", version="2", ruleset=CANDIDATE)
-    columns = ("evaluation_id", "policy_set_id", "task_id", "agent_id", "input", "input_hash", "ruleset_hash",
-               "result", "allowed", "require_approval", "warnings", "shadow_results", "evaluated_at", "created_at")
+    columns = ("evaluation_id", "policy_set_id", "task_id", "agent_id", "input", "input_hash", "action", "action_hash",
+               "ruleset_hash", "result", "allowed", "require_approval", "warnings", "shadow_results", "evaluated_at",
+               "created_at")
     first = datetime.now(UTC) - timedelta(days=1)
     with transaction.atomic(), connection.connection.cursor() as cursor, cursor.copy(
             f"COPY {PolicyEvaluation._meta.db_table} ({', '.join(columns)}) FROM STDIN") as copy:
         for i in range(n):
-            policy_input = recorded_input(i)
-            outcome = engine.evaluate(ruleset=baseline.ruleset, ruleset_hash=baseline.ruleset_hash, input=policy_input)
+            policy_input, action = recorded_input(i), recorded_action(i)
+            outcome = engine.evaluate(ruleset=baseline.ruleset, ruleset_hash=baseline.ruleset_hash,
+                                      input=policy_evaluation_input(input=policy_input, action=action))
             at = first + timedelta(microseconds=i)
             copy.write_row((f"pe_bench_{i:09d}", baseline.policy_set_id, task.task_id, policy_input["agent_id"],
-                            canonical_json(policy_input).decode(), content_hash(policy_input), baseline.ruleset_hash,
+                            canonical_json(policy_input).decode(), content_hash(policy_input),
+                            canonical_json(action).decode(), content_hash(action), baseline.ruleset_hash,
                             json.dumps(outcome.as_result()), outcome.allow, outcome.require_approval, "[]", "{}",
                             at, at))
     return {"evaluations": n, "baseline": baseline.policy_set_id, "candidate": candidate.policy_set_id,
@@ -139,13 +151,15 @@ def outcome(backtest_id: str) -> dict:
             "approval_changed": backtest.approval_changed, "changes": len(backtest.changes), "seconds": seconds}
 
 
-def pool_peak(worker: subprocess.Popen) -> float:
+def pool_peak(worker: subprocess.Popen) -> tuple[float, float]:
     """The peak RSS (MB) of the worker's pool process, the one that runs the task (no beat here:
-    the outbox publishes on commit, so the worker's only child is its pool process)."""
+    the outbox publishes on commit, so the worker's only child is its pool process), and the
+    largest of its engine processes' (its children; 0 before it evaluated anything)."""
     pool = children(worker.pid)
     if len(pool) != 1:
         raise SystemExit(f"expected one pool process under the worker, found {pool}")
-    return memory(pool[0])[1]
+    engines = [memory(pid)[1] for pid in children(pool[0])]
+    return memory(pool[0])[1], max(engines, default=0.0)
 
 
 def one_size(n: int, args, env: dict) -> dict:
@@ -161,7 +175,7 @@ def one_size(n: int, args, env: dict) -> dict:
              "--loglevel", "WARNING", "--logfile", str(Path(var) / "w.log")], env=env, cwd=ROOT)
         try:
             time.sleep(args.settle)  # the worker and its pool process started, the start-up sweeps ran
-            idle = pool_peak(worker)
+            idle, engine_idle = pool_peak(worker)
             backtest_id = run_json([PYTHON, "-m", "bench.backtest", "request", seeded["candidate"],
                                     seeded["baseline"]], env)["backtest_id"]
             deadline = time.monotonic() + args.timeout
@@ -172,13 +186,14 @@ def one_size(n: int, args, env: dict) -> dict:
                 if time.monotonic() > deadline or worker.poll() is not None:
                     raise SystemExit(f"backtest {backtest_id} did not end: {result}")
                 time.sleep(0.5)
-            peak = pool_peak(worker)
+            peak, engine_peak = pool_peak(worker)
         finally:
             terminate(worker)
     if result["status"] != "succeeded" or result["evaluations"] != n:
         raise SystemExit(f"backtest over {n} evaluations ended {result}")
     return {"n": n, **result, "per_second": round(n / result["seconds"]), "worker_peak_mb_idle": round(idle, 1),
-            "worker_peak_mb": round(peak, 1), "seed_seconds": seeded["seconds"]}
+            "worker_peak_mb": round(peak, 1), "engine_peak_mb_idle": round(engine_idle, 1),
+            "engine_peak_mb": round(engine_peak, 1), "seed_seconds": seeded["seconds"]}
 
 
 def main() -> None:
@@ -197,9 +212,10 @@ def main() -> None:
     runs = [one_size(n, args, env) for n in (args.n, 10 * args.n)]
     for run in runs:
         log(f"{run['n']:>9,} evaluations: {run['per_second']:,}/s over {run['seconds']:.1f} s; pool process peak RSS "
-            f"{run['worker_peak_mb']} MB (idle {run['worker_peak_mb_idle']} MB); {run['newly_denied']:,} newly "
-            f"denied, {run['changes']} changes kept")
-    print(json.dumps({"runs": runs, "growth_mb": round(runs[1]["worker_peak_mb"] - runs[0]["worker_peak_mb"], 1)}))
+            f"{run['worker_peak_mb']} MB (idle {run['worker_peak_mb_idle']} MB), engine process peak RSS "
+            f"{run['engine_peak_mb']} MB; {run['newly_denied']:,} newly denied, {run['changes']} changes kept")
+    print(json.dumps({"runs": runs, "growth_mb": round(runs[1]["worker_peak_mb"] - runs[0]["worker_peak_mb"], 1),
+                      "engine_growth_mb": round(runs[1]["engine_peak_mb"] - runs[0]["engine_peak_mb"], 1)}))
 
 
 if __name__ == "__main__":

@@ -64,6 +64,13 @@ def _resource_model(resource_type: str):
         return None, None
 
 
+def _trail_link(name: str, value: str | None) -> str:
+    if not value:
+        return "-"
+    return format_html('{} &nbsp; <a href="{}">its whole trail</a>', value,
+                       changelist_url(LedgerEvent, **{name: value}))
+
+
 @admin.register(LedgerEvent)
 class LedgerEventAdmin(ReadOnlyModelAdmin):
     """The hash chain, newest first; immutable for everyone. "Verify ledger" walks the whole chain."""
@@ -73,17 +80,22 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
     list_display_links = ("sequence", "event_type")
     # The ledger is the largest table: no date hierarchy and no value list over an unindexed
     # column (each is a DISTINCT over every event); event_type is indexed.
-    list_filter = (id_filter("resource", "resource_id"), id_filter("resource type", "resource_type"),
-                   id_filter("actor", "actor"), "event_type", "recorded_at")
-    search_fields = ("=event_id", "resource_id", "actor", "event_type", "=hash", "=prev_hash")
+    # task and action: the trail of a task or of an action (CONTRACT C12), on indexed columns.
+    list_filter = (id_filter("task", "task_id"), id_filter("action", "action_id"), id_filter("resource", "resource_id"),
+                   id_filter("resource type", "resource_type"), id_filter("actor", "actor"), "event_type",
+                   "recorded_at")
+    search_fields = ("=event_id", "resource_id", "=task_id", "=action_id", "actor", "event_type", "=hash",
+                     "=prev_hash")
     ordering = ("-sequence",)
     fieldsets = (
         ("Chain position", {"fields": ("sequence", "chain_position", "prev_hash", "hash", "link_check")}),
         ("Event", {"fields": ("event_id", "event_type", "resource_type", "resource_id", "resource_record",
                               "actor", "recorded_at")}),
+        ("Trail", {"fields": ("task_trail", "action_trail")}),
         ("Payload", {"fields": ("payload_hash", "payload_pretty")}),
     )
-    readonly_fields = ("chain_position", "link_check", "resource_record", "payload_pretty")
+    readonly_fields = ("chain_position", "link_check", "resource_record", "payload_pretty", "task_trail",
+                       "action_trail")
 
     def get_queryset(self, request):
         # The payload as stored (its canonical text), for link_check: the text is what was hashed.
@@ -136,6 +148,16 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
         if model is None:
             return obj.resource_id
         return id_link(model, field, obj.resource_id)
+
+    @admin.display(description="task")
+    def task_trail(self, obj):
+        """The task this event is about, with every event of its trail."""
+        return _trail_link("task_id", obj.task_id)
+
+    @admin.display(description="action")
+    def action_trail(self, obj):
+        """The action this event is about, with every event of its trail."""
+        return _trail_link("action_id", obj.action_id)
 
     @admin.display(description="prev hash", ordering="prev_hash")
     def prev_hash_short(self, obj):

@@ -3,14 +3,14 @@
 ``backtest_create`` (``POST /agp/backtests``) records the request, pending, and makes the
 ``agp.run_backtest`` task due through the outbox; ``backtest_run`` is that task's body. It
 re-evaluates, under the candidate, every recorded policy evaluation of the window (of the
-baseline set when one is named) with its recorded input, and stores the summary on the
+baseline set when one is named) with its recorded input and action, and stores the summary on the
 backtest itself. Nothing else is written: no evaluation, no decision; the ledger records
 only the backtest's own moves (created, running, and how it ended).
 
 The run streams the window in keyset batches (``BATCH`` rows, by primary key, between the
 window's first and last keys): memory holds one batch, at most ``MAX_CHANGES`` changes and
 ``MAX_REASONS`` distinct reasons, whatever the window's size. Each re-evaluation goes
-through ``decision.engine.evaluate``, with whatever limits the engine applies to any
+through ``core.engine.evaluate``, with whatever limits the engine applies to any
 evaluation. The worker renews its claim with each progress write (at most every
 ``PROGRESS_SECONDS``); a write that finds the backtest cancelled, or claimed by another
 worker, stops the run, which writes nothing more.

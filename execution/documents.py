@@ -38,8 +38,8 @@ def envelope_document(envelope: ActionEnvelope, *, signed: bool = True) -> dict[
 
 def receipt_document(receipt: Receipt) -> dict[str, Any]:
     """A receipt (Receipt), as rendered; its signature covers the why-record ``governance`` too,
-    and ``posted_by`` (the client that posted it, or agp-worker), absent from receipts issued
-    before it was recorded, whose signatures do not cover it."""
+    and ``posted_by`` (the client that posted it, or agp-worker). Each is absent from receipts
+    issued before it was recorded, whose signatures do not cover it."""
     return {
         "type": "Receipt",
         "receipt_id": receipt.receipt_id,
@@ -52,7 +52,7 @@ def receipt_document(receipt: Receipt) -> dict[str, Any]:
         "completed_at": iso(receipt.completed_at),
         "executor": receipt.executor,
         **({"posted_by": receipt.posted_by} if receipt.posted_by else {}),
-        "governance": receipt.governance or None,
+        **({"governance": receipt.governance} if receipt.governance else {}),
         "created_at": iso(receipt.created_at),
         "signature": receipt.signature or None,
     }

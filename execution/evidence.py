@@ -16,9 +16,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
-from rest_framework.renderers import JSONRenderer
 
 from agp_project import errors
+from agp_project.exactjson import ExactJSONDecoder
+from agp_project.http.renderers import ExactJSONRenderer
 from agp_project.signing import get_signer
 from agp_project.timeutil import iso
 from core.models import Checkpoint, LedgerEvent
@@ -138,7 +139,8 @@ def action_evidence(*, action_id: str, request=None) -> dict[str, Any]:
         "checkpoint": checkpoint_document(checkpoint),
         "jwks": {"keys": [signer.jwk()]},
     }
-    # Signed as the client will read it: the JSON the response carries (decimals as numbers).
-    plain = json.loads(JSONRenderer().render(bundle))
+    # Signed as the client will read it: the JSON the response carries, numbers exact (a
+    # Decimal stays the Decimal each record was signed with; docs/decisions/exact-json.md).
+    plain = json.loads(ExactJSONRenderer().render(bundle), cls=ExactJSONDecoder)
     plain["signature"] = signer.sign(plain)
     return plain

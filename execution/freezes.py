@@ -31,9 +31,9 @@ from registry.choices import Connector, FreezeStatus, FreezeTarget
 from registry.models import Freeze, Task
 from registry.selectors import freeze_summaries
 
+from .cancellation import frozen_error, operation_cancelled_record
 from .choices import WORKER_ACTOR, OperationStatus
 from .models import Operation
-from .runner import frozen_error, operation_cancelled_record
 
 logger = logging.getLogger(__name__)
 

@@ -36,40 +36,33 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
-from django_fsm import can_proceed
 
 from agp_project import errors
-from agp_project.canonical import content_hash
-from agp_project.ids import new_id
-from agp_project.metrics import CONNECTOR_CALLS, ENVELOPE_FAILED_CHECKS, ENVELOPES, OPERATIONS_ENDED, count_on_commit
-from agp_project.signing import sign_resource
+from agp_project.metrics import CONNECTOR_CALLS, ENVELOPE_FAILED_CHECKS, count_on_commit
 from core.ledger import ledger_append, ledger_batch
 from core.outbox import outbox_enqueue, outbox_request_id
 
-from .budgets import payment_commit, payment_release
+from .budgets import payment_release
+from .cancellation import frozen_error, operation_cancelled_record
 from .checks import envelope_recheck
-from .choices import (
-    CALLBACK_TASK,
-    CANCEL_ANY_SCOPE,
-    EXECUTE_TASK,
-    OPERATION_TERMINAL,
-    WORKER_ACTOR,
-    EnvelopeStatus,
-    OperationStatus,
-    ReceiptStatus,
-)
+from .choices import EXECUTE_TASK, OPERATION_TERMINAL, WORKER_ACTOR, EnvelopeStatus, OperationStatus, ReceiptStatus
 from .connectors import Call, ExecutionFailed, connector_for
-from .documents import envelope_document, receipt_document
+from .documents import envelope_document
 from .models import ActionEnvelope, Operation, Receipt
-from .selectors import action_trail, receipt_governance
+from .outcomes import (
+    OPERATION_RESOURCE,
+    callback_enqueue,
+    count_ended,
+    envelope_status_set,
+    operation_locked,
+    outcome_record,
+)
+from .selectors import action_trail
 
 logger = logging.getLogger(__name__)
-
-# Resource types as the rest of the execution ledger names them (execution/services.py).
-OPERATION_RESOURCE = "Operation"
 
 
 def _lease() -> timedelta:
@@ -94,7 +87,7 @@ def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, faile
         "A governance prerequisite no longer holds at execution time; nothing was executed.",
         details={"failed_checks": failed_checks})
     operation.fail()
-    _count_ended(operation)
+    count_ended(operation)
     for item in failed_checks:
         count_on_commit(ENVELOPE_FAILED_CHECKS.labels(item["check"], "execution"))
     operation.error = err.as_body()["error"]
@@ -103,13 +96,13 @@ def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, faile
     operation.executor = executor
     operation.save()
     payment_release(action_id=envelope.action_id, actor=WORKER_ACTOR)
-    _envelope_set_status(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation.operation_id,
+    envelope_status_set(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation.operation_id,
                          actor=WORKER_ACTOR)
     ledger_append(event_type="operation.failed", resource_type=OPERATION_RESOURCE,
                   resource_id=operation.operation_id, actor=WORKER_ACTOR,
                   payload={**action_trail(envelope), "stage": "execution_recheck", "error_code": err.code,
                            "failed_checks": failed_checks, "executor": executor})
-    _enqueue_callback(operation)
+    callback_enqueue(operation)
 
 
 def _fail_interrupted(*, operation: Operation, executor: str) -> None:
@@ -125,38 +118,8 @@ def _fail_interrupted(*, operation: Operation, executor: str) -> None:
         f"may have run, and a {connector} call is not repeated.",
         details={"connector": connector, "previous_executor": operation.executor, "call_sent": None},
     ).as_body()["error"]
-    _outcome_record(operation=operation, status=ReceiptStatus.FAILED, result={"error": error}, executor=executor,
+    outcome_record(operation=operation, status=ReceiptStatus.FAILED, result={"error": error}, executor=executor,
                     error=error, actor=WORKER_ACTOR)
-
-
-def _envelope_set_status(*, envelope: ActionEnvelope, status: str, operation_id: str, actor: str) -> None:
-    """Move the envelope to executed/failed and ledger it (C9), in the caller's transaction."""
-    ActionEnvelope.objects.filter(pk=envelope.pk).update(status=status)
-    count_on_commit(ENVELOPES.labels(status))
-    ledger_append(event_type=f"envelope.{status}", resource_type="ActionEnvelope", resource_id=envelope.action_id,
-                  actor=actor, payload={**action_trail(envelope), "from": envelope.status, "to": status,
-                                        "operation_id": operation_id})
-    envelope.status = status
-
-
-def _count_ended(operation: Operation) -> None:
-    count_on_commit(OPERATIONS_ENDED.labels(operation.status))
-
-
-def _enqueue_callback(operation: Operation) -> None:
-    if operation.callback_url:
-        outbox_enqueue(task_name=CALLBACK_TASK, args=[operation.operation_id])
-
-
-def _operation_locked(operation_id: str) -> Operation | None:
-    """The operation row, locked, with its envelope (one query; the lock is on the operation only).
-
-    The row lock serialises every worker holding a message for this operation (a
-    redelivery, a recovery nudge, a duplicate publish): one claims, the others see the
-    claim when the lock is released.
-    """
-    return (Operation.objects.select_related("envelope").select_for_update(of=("self",))
-            .filter(operation_id=operation_id).first())
 
 
 def _claim_locked(*, operation: Operation | None, operation_id: str, executor: str) -> Claim | str:
@@ -225,7 +188,7 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
 def operation_claim(*, operation_id: str, executor: str) -> Claim | str:
     """Claim the operation for ``executor``; a Claim, or a word saying why there is nothing to do."""
     with transaction.atomic():
-        operation = _operation_locked(operation_id)
+        operation = operation_locked(operation_id)
         claim = _claim_locked(operation=operation, operation_id=operation_id, executor=executor)
         if isinstance(claim, Claim):
             operation.save()
@@ -265,30 +228,6 @@ def lease_kept(*, operation_id: str, fence: int):
         thread.join()
 
 
-def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], started_at: datetime,
-                  completed_at: datetime, executor: str, receipt_id: str | None = None,
-                  posted_by: str = WORKER_ACTOR) -> Receipt:
-    """Create the operation's signed receipt (in the caller's transaction)."""
-    receipt = Receipt(receipt_id=receipt_id or new_id("rcpt"), operation_id=operation.operation_id,
-                      action_id=operation.envelope_id, status=status, result=result,
-                      result_hash=content_hash(result), started_at=started_at, completed_at=completed_at,
-                      executor=executor, posted_by=posted_by,
-                      governance=receipt_governance(envelope=operation.envelope), created_at=completed_at)
-    # Sign exactly what the API shows (the representation without its signature).
-    receipt.signature = sign_resource(receipt_document(receipt))
-    if receipt_id is None:  # a fresh id cannot collide: no savepoint needed
-        receipt.save(force_insert=True)
-        return receipt
-    try:
-        with transaction.atomic():
-            receipt.save(force_insert=True)
-    except IntegrityError:
-        # Two external receipts with one receipt_id raced past receipt_submit's check: the
-        # loser is a 409 and its whole transaction (operation, envelope, ledger) rolls back.
-        raise errors.Conflict(f"A receipt with receipt_id {receipt.receipt_id!r} exists.") from None
-    return receipt
-
-
 def operation_finish(*, operation_id: str, fence: int | None, status: str, result: dict[str, Any],
                      executor: str, error: dict[str, Any] | None = None, actor: str = WORKER_ACTOR,
                      receipt_id: str | None = None, started_at: datetime | None = None,
@@ -299,54 +238,14 @@ def operation_finish(*, operation_id: str, fence: int | None, status: str, resul
     Returns None when the claim was superseded (nothing is written).
     """
     with transaction.atomic(), ledger_batch():
-        operation = _operation_locked(operation_id)
+        operation = operation_locked(operation_id)
         if operation is None or operation.status != OperationStatus.RUNNING or (
                 fence is not None and operation.attempts != fence):
             logger.warning("execute: claim %s of %s superseded; outcome dropped", fence, operation_id)
             return None
-        return _outcome_record(operation=operation, status=status, result=result, executor=executor, error=error,
+        return outcome_record(operation=operation, status=status, result=result, executor=executor, error=error,
                                actor=actor, receipt_id=receipt_id, started_at=started_at, completed_at=completed_at,
                                posted_by=posted_by)
-
-
-def _outcome_record(*, operation: Operation, status: str, result: dict[str, Any], executor: str,
-                    error: dict[str, Any] | None, actor: str, receipt_id: str | None = None,
-                    started_at: datetime | None = None, completed_at: datetime | None = None,
-                    posted_by: str = WORKER_ACTOR) -> Receipt:
-    """Write a running operation's outcome, in the caller's transaction, on the locked row."""
-    now = timezone.now()
-    succeeded = status == ReceiptStatus.SUCCEEDED
-    envelope = operation.envelope
-    if succeeded:
-        # payment_ref was fixed (and signed) at acceptance; the payment moves under it.
-        if envelope.payment_ref:
-            payment_commit(action_id=envelope.action_id, actor=actor)
-        operation.succeed()
-        envelope_status = EnvelopeStatus.EXECUTED
-    else:
-        if envelope.payment_ref:
-            payment_release(action_id=envelope.action_id, actor=actor)
-        operation.fail()
-        operation.error = error
-        envelope_status = EnvelopeStatus.FAILED
-    _count_ended(operation)
-    operation.completed_at = operation.updated_at = now
-    operation.lease_expires_at = None
-    operation.save()
-    _envelope_set_status(envelope=envelope, status=envelope_status, operation_id=operation.operation_id, actor=actor)
-    receipt = receipt_issue(operation=operation, status=status, result=result,
-                            started_at=started_at or operation.started_at or now,
-                            completed_at=completed_at or now, executor=executor, receipt_id=receipt_id,
-                            posted_by=posted_by)
-    ledger_append(event_type=f"operation.{operation.status}", resource_type=OPERATION_RESOURCE,
-                  resource_id=operation.operation_id, actor=actor,
-                  payload={**action_trail(envelope), "receipt_id": receipt.receipt_id,
-                           "executor": executor, "error_code": (error or {}).get("code")})
-    ledger_append(event_type="receipt.issued", resource_type="Receipt", resource_id=receipt.receipt_id,
-                  actor=actor, payload={**action_trail(envelope), "operation_id": operation.operation_id,
-                                        "status": status, "result_hash": receipt.result_hash})
-    _enqueue_callback(operation)
-    return receipt
 
 
 def _connector_run(connector, claim: Claim) -> tuple[ReceiptStatus, dict[str, Any], dict[str, Any] | None]:
@@ -380,14 +279,14 @@ def operation_execute(*, operation_id: str, executor: str) -> str:
     # ledger_batch: the events of the transaction go in one statement at its end, so the
     # ledger head is locked for the commit only.
     with transaction.atomic(), ledger_batch():
-        operation = _operation_locked(operation_id)
+        operation = operation_locked(operation_id)
         claim = _claim_locked(operation=operation, operation_id=operation_id, executor=executor)
         if isinstance(claim, str):
             return claim
         connector = connector_for(claim.connector)
         if connector.completes and connector.runs_in_claim(claim.call):
             status, result, error = _connector_run(connector, claim)
-            _outcome_record(operation=operation, status=status, result=result, error=error, executor=executor,
+            outcome_record(operation=operation, status=status, result=result, error=error, executor=executor,
                             actor=WORKER_ACTOR)
             transaction.on_commit(lambda: _log_outcome(claim, status.value))
             return status.value
@@ -452,63 +351,6 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
                                        message=f"Operation {operation_id!r} has already ended.")
     return receipt
 
-
-def frozen_error(freezes: list[dict[str, Any]], **details: Any) -> dict[str, Any]:
-    """The ``error`` of an operation a freeze cancelled: 409 ``AGP_FROZEN``'s error object."""
-    return errors.Frozen("Cancelled by a freeze before its connector was called; nothing was executed.",
-                         details={"freezes": freezes, **details}).as_body()["error"]
-
-
-def operation_cancelled_record(*, operation: Operation, actor: str, error: dict[str, Any] | None = None,
-                               payload: dict[str, Any] | None = None) -> None:
-    """Record a cancellation the caller just moved (``cancel`` or ``halt``) on the locked row.
-
-    In the caller's transaction: nothing was executed, so the budget reservation is
-    released, the envelope is ``failed``, ``operation.cancelled`` is ledgered and the
-    callback enqueued. No receipt: a receipt records an execution.
-    """
-    _count_ended(operation)
-    now = timezone.now()
-    operation.error = error
-    operation.completed_at = operation.updated_at = now
-    operation.lease_expires_at = None
-    operation.save()
-    envelope = operation.envelope
-    payment_release(action_id=envelope.action_id, actor=actor)
-    _envelope_set_status(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation.operation_id,
-                         actor=actor)
-    ledger_append(event_type="operation.cancelled", resource_type=OPERATION_RESOURCE,
-                  resource_id=operation.operation_id, actor=actor,
-                  payload={**action_trail(envelope), **(payload or {})})
-    _enqueue_callback(operation)
-
-
-def operation_cancel(*, operation_id: str, actor: str, operator: bool = False) -> Operation:
-    """``PATCH /agp/operations/{id}`` ``{"status": "cancelled"}``: stop a pending operation (C8).
-
-    Only the client that submitted the envelope may, or an operator (``operator``: the
-    caller holds ``CANCEL_ANY_SCOPE``); anyone else is a 403. Under the row lock the workers
-    claim with: a pending operation becomes ``cancelled``, its budget reservation is
-    released, its envelope ``failed`` (nothing executed), all ledgered in this transaction;
-    a worker that then receives its message sees a terminal operation and skips it. Any
-    other state is 409 ``AGP_INVALID_TRANSITION``.
-    """
-    with transaction.atomic():
-        operation = _operation_locked(operation_id)
-        if operation is None:
-            raise errors.NotFound(f"No operation with id {operation_id!r}.")
-        if not operator and actor != operation.envelope.submitted_by:
-            raise errors.InsufficientScope(
-                [CANCEL_ANY_SCOPE], message=f"Only the client that submitted operation {operation_id!r}, or a "
-                                            f"client holding {CANCEL_ANY_SCOPE}, may cancel it.")
-        if not can_proceed(operation.cancel):
-            raise errors.InvalidTransition(
-                from_state=operation.status, to_state=OperationStatus.CANCELLED, allowed=[],
-                message=f"Operation {operation_id!r} is {operation.status}; only a pending operation can be "
-                        f"cancelled.")
-        operation.cancel()
-        operation_cancelled_record(operation=operation, actor=actor)
-    return operation
 
 
 def operations_recover(*, now: datetime | None = None, limit: int = 500) -> int:

@@ -89,7 +89,8 @@ class ReceiptSerializer(StrictSerializer):
                                                 "before it was recorded (their signature does not cover it).")
     governance = serializers.JSONField(read_only=True, help_text=(
         "Why the action was allowed: decision, policy evaluation, policy set and ruleset, the action's hash, "
-        "approvals, impact assessment, delegation path (root first), commerce session and payment."))
+        "approvals, impact assessment, delegation path (root first), commerce session and payment. Absent on "
+        "receipts issued before it was recorded (their signature does not cover it)."))
     created_at = serializers.DateTimeField(read_only=True)
     signature = SignatureSerializer(read_only=True)
 

@@ -18,9 +18,10 @@ from decision.selectors import backtest_by_operation
 from decision.serializers import backtest_operation_representation
 
 from . import api_docs
+from .cancellation import operation_cancel
 from .choices import CANCEL_ANY_SCOPE
 from .models import Operation, Receipt
-from .runner import operation_cancel, receipt_submit
+from .runner import receipt_submit
 from .serializers_operations import (
     OperationSerializer,
     OperationStatusSerializer,

@@ -2,6 +2,7 @@
 and a second PostgreSQL session beside Django's."""
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,3 +42,40 @@ def pg_connect(**kwargs) -> psycopg.Connection:
     return psycopg.connect(host=db.get("HOST") or "127.0.0.1", port=db.get("PORT") or 5432,
                            user=db.get("USER") or "postgres", password=db.get("PASSWORD") or None,
                            dbname=db["NAME"], **kwargs)
+
+
+def waits_behind(lock_sql: str, params: list, call: Callable[[], Any], *, timeout: float = 30) -> tuple[bool, Any]:
+    """Run ``call`` in a thread while another session holds the row lock ``lock_sql`` takes.
+
+    Returns whether PostgreSQL saw the call wait for that session, and the call's result (or
+    the exception it raised), once the lock was released. The call's data must be committed
+    (a ``transaction=True`` test) for the thread's connection to see it.
+    """
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except Exception as exc:  # noqa: BLE001 - returned to the caller's assertions
+            outcome.append(exc)
+        finally:
+            connection.close()
+            done.set()
+
+    waited = False
+    with pg_connect() as holder, pg_connect(autocommit=True) as observer:
+        holder.execute(lock_sql, params)
+        thread = threading.Thread(target=run)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not done.is_set() and time.monotonic() < deadline:
+            blocked = observer.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                                       [holder.info.backend_pid]).fetchone()[0]
+            if blocked:
+                waited = True
+                break
+            time.sleep(0.02)
+        holder.rollback()
+    thread.join(timeout)
+    return waited, outcome[0] if outcome else TimeoutError("the call did not end")

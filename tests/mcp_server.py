@@ -107,12 +107,15 @@ class McpServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "tests.mcp_server", "--port", str(self.port), "--record", str(self.record),
+                "--description", self.description]
+
     def start(self) -> "McpServerProcess":
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGP_") and k != "DJANGO_SETTINGS_MODULE"}
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.mcp_server", "--port", str(self.port), "--record", str(self.record),
-                 "--description", self.description],
+                self.command(),
                 cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         deadline = time.monotonic() + READY_TIMEOUT

@@ -42,9 +42,10 @@ def seed(upto: int) -> None:
         sequence += 1
         recorded += timedelta(microseconds=1013)
         payload = {"n": sequence}
+        # The RFC 8785 form of {"n": <an integer below 2**53>}, written out: one dumps less per row.
         fields = {"sequence": sequence, "event_id": f"evt_seed_{sequence}", "event_type": "test.seeded",
                   "resource_type": "Thing", "resource_id": f"thing-{sequence % 97}", "actor": "seeder",
-                  "payload_hash": "sha256:" + hashlib.sha256(rfc8785.dumps(payload)).hexdigest(),
+                  "payload_hash": "sha256:" + hashlib.sha256(b'{"n":%d}' % sequence).hexdigest(),
                   "recorded_at": recorded.strftime(TIME_FORMAT)}
         event_hash = hashlib.sha256(prev.encode("ascii") + canonical(fields)).hexdigest()
         rows.append(LedgerEvent(payload=payload, prev_hash=prev, hash=event_hash,

@@ -62,7 +62,8 @@ BODY_ERRORS = {
     "413": "AGP_PAYLOAD_TOO_LARGE: the body is over the size limit.",
 }
 WRITE_ERRORS = {
-    "409": "AGP_CONFLICT: the id already exists, or a request with this Idempotency-Key is in flight.",
+    "409": "AGP_CONFLICT: the id already exists. AGP_IDEMPOTENCY_IN_PROGRESS (retryable): a request with this "
+           "Idempotency-Key collided with this one; send it again.",
     **BODY_ERRORS,
     "415": "AGP_UNSUPPORTED_MEDIA_TYPE: the body is not a JSON object.",
     "422": "AGP_IDEMPOTENCY_KEY_MISMATCH: this Idempotency-Key was used with another request.",

@@ -11,7 +11,6 @@ policy evaluation and the approvals it cites, and links to the task, capability,
 delegation and commerce session; a fixed number of queries whatever their size.
 """
 
-import json
 from types import SimpleNamespace
 
 from django.contrib import admin
@@ -20,9 +19,18 @@ from django.http import Http404, HttpResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from agp_project import errors
-from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json, short_hash
-from core.models import OutboxMessage
+from agp_project import errors, exactjson
+from core.admin_base import (
+    ReadOnlyModelAdmin,
+    admin_link,
+    changelist_url,
+    html_table,
+    id_filter,
+    id_link,
+    pretty_json,
+    short_hash,
+)
+from core.models import LedgerEvent, OutboxMessage
 from decision.models import Approval, CommerceSession, Decision, PolicyEvaluation
 from execution.evidence import action_evidence
 from execution.models import ActionEnvelope, CallbackAttempt, Operation, Payment, Receipt
@@ -75,7 +83,7 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
     search_fields = ("action_id", "task_id", "agent_id", "=decision_ref", "tool_id")
     date_hierarchy = "accepted_at"
     ordering = ("-accepted_at",)
-    linked_fields = ("timeline_link", "evidence_download", "operation_record", "receipt_record",
+    linked_fields = ("timeline_link", "trail_link", "evidence_download", "operation_record", "receipt_record",
                      "decision_record", "policy_evaluation_record", "approvals_record", "payment_record",
                      "governance_links")
     exclude = ("parameters", "checks", "inputs")
@@ -107,6 +115,12 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
         return format_html('<a href="{}">Everything about this action on one page, in time order, with each '
                            'record\'s signature checked</a>', reverse("audit:timeline", args=[obj.action_id]))
 
+    @admin.display(description="ledger trail")
+    def trail_link(self, obj):
+        return format_html('<a href="{}">Every ledger event of this action</a> (envelope, operation, payment, '
+                           'receipt, callbacks), in the hash-chained ledger',
+                           changelist_url(LedgerEvent, action_id=obj.action_id))
+
     def get_urls(self):
         evidence = path("<path:object_id>/evidence/", self.admin_site.admin_view(self.evidence_view),
                         name="execution_actionenvelope_evidence")
@@ -123,7 +137,8 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
             bundle = action_evidence(action_id=envelope.action_id)
         except errors.AGPError as exc:
             return HttpResponse(exc.message, status=exc.status_code, content_type="text/plain; charset=utf-8")
-        response = HttpResponse(json.dumps(bundle, indent=2), content_type="application/json")
+        # Exact numbers, as the API sends it: a rounded amount would not verify.
+        response = HttpResponse(exactjson.dumps(bundle), content_type="application/json")
         response["Content-Disposition"] = f'attachment; filename="evidence-{envelope.pk}.json"'
         return response
 

@@ -33,13 +33,15 @@ LIMIT_STOPPED = sandbox.LIMIT_STOPPED
 
 def ruleset_problem(*, ruleset: str) -> str | None:
     """Why ``ruleset`` cannot be registered, or None: it does not parse as OPA 1.0 Rego (the
-    engine's message names the line and column), its package defines no ``allow`` rule, or
-    compiling it (which ends with a warm-up evaluation) ran past the engine's limits."""
+    engine's message names the line and column), its package defines no ``allow`` rule (the
+    message names the package declaration's line and column), or compiling it (which ends
+    with a warm-up evaluation) ran past the engine's limits."""
     info, refusal = sandbox.compile_info(ruleset=ruleset, ruleset_hash=ruleset_digest(ruleset))
     if refusal is not None:
         return refusal.reasons[0]
     if "allow" not in info["defined"]:
-        return f"policy compile error: package {info['package'].removeprefix('data.')} defines no allow rule"
+        where = f"{info['package_at']}: " if info.get("package_at") else ""
+        return f"policy compile error: {where}package {info['package'].removeprefix('data.')} defines no allow rule"
     return None
 
 

@@ -70,7 +70,8 @@ def _serve() -> None:
         compiled = (cache.get(ruleset=ruleset, ruleset_hash=ruleset_hash) if header.get("use_cache", True)
                     else regorus_engine.compile_ruleset(ruleset=ruleset, ruleset_hash=ruleset_hash))
         if op == "compile":
-            _answer({"package": compiled.package, "error": compiled.error, "defined": sorted(compiled.defined)})
+            _answer({"package": compiled.package, "error": compiled.error, "defined": sorted(compiled.defined),
+                     "package_at": compiled.package_at})
             continue
         input_json = next(lines)
         try:

@@ -38,6 +38,7 @@ class CompiledPolicy:
     package: str | None = None
     defined: frozenset[str] = frozenset()
     error: str | None = None
+    package_at: str | None = None  # where the package is declared, "policy.rego:<line>:<col>"
 
 
 def _is_fatal(exc: BaseException) -> bool:
@@ -56,15 +57,20 @@ def _head_name(refr: dict) -> str | None:
     return None
 
 
-def _defined_rules(engine: Any) -> frozenset[str]:
-    """Which of ``allow``, ``require_approval``, ``deny`` the loaded module defines.
+def _defined_rules(engine: Any) -> tuple[frozenset[str], str | None]:
+    """Which of ``allow``, ``require_approval``, ``deny`` the loaded module defines, and where
+    its package is declared (``policy.rego:<line>:<col>``, for a message about the package).
 
     Read from the AST once at compile time, so an evaluation never asks the engine for a
     rule that does not exist (regorus reports that as an error, and a missing ``allow``
     must simply mean false).
     """
     names = set()
+    package_at = None
     for module in json.loads(engine.get_ast_as_json()):
+        span = (module["ast"].get("package") or {}).get("span") or {}
+        if "line" in span and "col" in span:
+            package_at = f"{POLICY_PATH}:{span['line']}:{span['col']}"
         for rule in module["ast"]["rules"]:
             kind, body = next(iter(rule.items()))
             if kind == "Default":
@@ -72,7 +78,7 @@ def _defined_rules(engine: Any) -> frozenset[str]:
             else:
                 head_kind, head = next(iter(body["head"].items()))
                 names.add(_head_name(head.get("refr")))
-    return frozenset(name for name in names if name in RULES)
+    return frozenset(name for name in names if name in RULES), package_at
 
 
 def ruleset_digest(ruleset: str) -> str:
@@ -89,12 +95,13 @@ def compile_ruleset(*, ruleset: str, ruleset_hash: str) -> CompiledPolicy:
         engine = regorus.Engine()
         engine.set_rego_v0(False)  # OPA 1.0 syntax; `import rego.v1` is accepted too
         package = engine.add_policy(POLICY_PATH, ruleset)
-        defined = _defined_rules(engine)
+        defined, package_at = _defined_rules(engine)
     except BaseException as exc:  # noqa: BLE001 - pyo3 panics derive from BaseException
         if _is_fatal(exc):
             raise
         return CompiledPolicy(ruleset_hash, error=clean_error("policy compile error", exc))
-    return CompiledPolicy(ruleset_hash, engine=_warmed(engine, package, defined), package=package, defined=defined)
+    return CompiledPolicy(ruleset_hash, engine=_warmed(engine, package, defined), package=package, defined=defined,
+                          package_at=package_at)
 
 
 def _warmed(engine: Any, package: str, defined: frozenset[str]) -> Any:

@@ -267,7 +267,7 @@ def evaluate(*, ruleset: str, ruleset_hash: str, input_json: str, use_cache: boo
 
 def compile_info(*, ruleset: str, ruleset_hash: str,
                  use_cache: bool = True) -> tuple[dict[str, Any], EvaluationResult | None]:
-    """Compile in an engine process: ``({"package", "error", "defined"}, None)``, or ``({}, refusal)``
+    """Compile in an engine process: ``({"package", "error", "defined", "package_at"}, None)``, or ``({}, refusal)``
     when it does not compile or compiling hit a limit (the refusal's reason says which)."""
     found: dict[str, Any] = {}
 

@@ -20,8 +20,12 @@ import rego.v1
 
 default allow := false
 
-allow if input.operation == "lookup_customer"
+allow if input.action.operation == "lookup_customer"
 """
+
+# The action every call below makes: the policy evaluation is made for exactly this action,
+# and an envelope may cite it only for this action.
+LOOKUP = {"tool_id": "crm", "operation": "lookup_customer", "parameters": {"customer_id": "c-42"}}
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--agp", default="http://127.0.0.1:8000")
@@ -46,12 +50,12 @@ with AGPClient(options.agp) as agp:
                               endpoint_url=options.mcp)
     print("pinned:", json.dumps(skill["tool_pins"], indent=2))
 
-    # Why it may act now: a task, a policy evaluation and a finalised decision.
+    # Why it may act now: a task, a policy evaluation of the action and a finalised decision.
     task = agp.tasks.create(root_principal=principal, agent_id=agent, title="Answer a customer",
                             risk_level="low", action_class="read")
     policy_set = agp.policy_sets.create(name="crm", version="1", ruleset=RULESET)
     evaluation = agp.policy_evaluations.create(policy_set_id=policy_set["policy_set_id"], task_id=task["task_id"],
-                                               agent_id=agent, input={"operation": "lookup_customer"})
+                                               agent_id=agent, input={}, action=LOOKUP)
     decision = agp.decisions.create(task_id=task["task_id"], agent_id=agent, outcome="approve",
                                     rationale="read-only lookup within policy",
                                     policy_evaluation_ref=evaluation["evaluation_id"])
@@ -61,10 +65,9 @@ with AGPClient(options.agp) as agp:
         """Submit one action envelope and wait for its operation; print the outcome."""
         action_id = f"act-{run}-{n}"
         operation = agp.action_envelopes.submit(
-            action_id=action_id, task_id=task["task_id"], agent_id=agent, tool_id="crm",
-            operation="lookup_customer", capability_token_ref=capability["capability_id"],
-            decision_ref=decision["decision_id"], policy_decision_ref=evaluation["evaluation_id"],
-            parameters={"customer_id": "c-42"})
+            action_id=action_id, task_id=task["task_id"], agent_id=agent, **LOOKUP,
+            capability_token_ref=capability["capability_id"], decision_ref=decision["decision_id"],
+            policy_decision_ref=evaluation["evaluation_id"])
         done = agp.operations.wait(operation, timeout=60)
         print(f"call {n}:", done["status"], done["error"]["code"] if done["error"] else "")
         if done["status"] == "succeeded":

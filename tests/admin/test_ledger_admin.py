@@ -2,11 +2,12 @@
 
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
+from django.db import transaction
 from django.test import Client as DjangoClient
 
 from agp_project.timeutil import iso
 from core.admin_base import change_url
-from core.ledger import canonical_event, chain_hash
+from core.ledger import canonical_event, chain_hash, ledger_append
 from core.models import Checkpoint, LedgerEvent, LedgerHead
 
 CHANGELIST = "/admin/core/ledgerevent/"
@@ -145,3 +146,28 @@ def test_it_filters_the_ledger_by_resource(auditor_client, admin_world):
     response = auditor_client.get(CHANGELIST, {"resource_id": envelope_event.resource_id})
 
     assert [e.sequence for e in response.context["cl"].result_list] == [envelope_event.sequence]
+
+
+def test_it_filters_the_ledger_by_task_and_by_action_and_links_each_event_to_both_trails(auditor_client,
+                                                                                       admin_world):
+    task_created, _decision_event, envelope_accepted = admin_world.events
+    action_id, task_id = admin_world.envelope.action_id, admin_world.world.task.task_id
+    with transaction.atomic():
+        operation_event = ledger_append(event_type="operation.created", resource_type="Operation",
+                                        resource_id=admin_world.operation.operation_id, actor="agp-worker",
+                                        payload={"task_id": task_id, "action_id": action_id})
+
+    def listed(**query):
+        response = auditor_client.get(CHANGELIST, query)
+        assert response.status_code == 200
+        return [e.sequence for e in response.context["cl"].result_list]
+
+    assert listed(task_id=task_id) == [operation_event.sequence, task_created.sequence]
+    assert listed(action_id=action_id) == [operation_event.sequence, envelope_accepted.sequence]
+    assert listed(task_id=task_id, action_id=action_id) == [operation_event.sequence]
+    assert listed(q=action_id) == [operation_event.sequence, envelope_accepted.sequence]
+    assert listed(action_id="act-none") == []
+
+    page = auditor_client.get(change_url(operation_event)).content.decode()
+    assert f'<a href="{CHANGELIST}?task_id={task_id}">its whole trail</a>' in page
+    assert f'<a href="{CHANGELIST}?action_id={action_id}">its whole trail</a>' in page

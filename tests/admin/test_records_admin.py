@@ -1,16 +1,20 @@
 """Delegation chains, action envelopes with what governed them, filters, and planned queries."""
 
 import json
+from decimal import Decimal
 
 import pytest
+from django.apps import apps
 from django.contrib import admin
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agp_client import numbers, verify_evidence
 from core.admin_base import change_url
 from decision.models import Approval, Decision
 from execution.models import ActionEnvelope
 from registry.models import Task
+from tests.execution.signed_world import make_executed_action
 
 from .world import make_admin_world
 
@@ -85,6 +89,31 @@ def test_it_links_an_envelope_to_its_evidence_bundle_download(auditor_client, ad
     assert auditor_client.get("/admin/execution/actionenvelope/999999/evidence/").status_code == 404
 
 
+def test_it_links_an_envelope_to_its_ledger_trail(auditor_client, admin_world):
+    envelope = admin_world.envelope
+    trail_url = f"/admin/core/ledgerevent/?action_id={envelope.action_id}"
+
+    page = auditor_client.get(change_url(envelope)).content.decode()
+    trail = auditor_client.get(trail_url)
+
+    assert f'<a href="{trail_url}">Every ledger event of this action</a>' in page
+    assert [(e.event_type, e.resource_id) for e in trail.context["cl"].result_list] == [
+        ("envelope.accepted", envelope.action_id)]
+
+
+def test_the_evidence_download_keeps_exact_numbers_and_verifies_offline(auditor_client, api):
+    parameters = {"amount": Decimal("49.99"), "currency": "USD", "rate": Decimal("0.1234567890123456789")}
+    action_id = make_executed_action(api, parameters=parameters)["action_id"]
+    envelope = ActionEnvelope.objects.get(action_id=action_id)
+
+    download = auditor_client.get(f"/admin/execution/actionenvelope/{envelope.pk}/evidence/")
+
+    assert download.status_code == 200
+    bundle = numbers.loads(download.content)
+    assert bundle["records"]["envelope"]["parameters"] == parameters
+    assert verify_evidence(bundle)["action_id"] == action_id
+
+
 def _envelope_page_queries(client, envelope) -> int:
     with CaptureQueriesContext(connection) as queries:
         assert client.get(change_url(envelope)).status_code == 200
@@ -110,7 +139,7 @@ def _changelist_queries(client, model) -> int:
 
 def test_it_lists_every_model_without_a_query_per_row(auditor_client, db):
     # One loop rather than one test per model: three worlds in all instead of three per model.
-    models = sorted(admin.site._registry, key=lambda m: m._meta.label)
+    models = sorted((m for m in apps.get_models() if admin.site.is_registered(m)), key=lambda m: m._meta.label)
     make_admin_world()
     one = {model._meta.label: _changelist_queries(auditor_client, model) for model in models}
     make_admin_world()

@@ -27,7 +27,9 @@ def executing_agp(django_db_setup, django_db_blocker, tmp_path_factory, test_bro
 def test_it_submits_an_envelope_and_waits_for_its_signed_receipt(executing_agp):
     world = make_full_world()
     body = world.envelope_request()
-    with AGPClient(executing_agp.url, client_id=CLIENT_ID, client_secret=CLIENT_SECRET, backoff=0.1) as client:
+    # verify_signatures: the envelope, the receipts page and the receipt were verified as they arrived.
+    with AGPClient(executing_agp.url, client_id=CLIENT_ID, client_secret=CLIENT_SECRET, backoff=0.1,
+                   verify_signatures=True) as client:
         envelope = client.action_envelopes.validate(**body)
         assert envelope["action_id"] == body["action_id"]
         assert client.verify_signature(envelope) is True
@@ -43,6 +45,7 @@ def test_it_submits_an_envelope_and_waits_for_its_signed_receipt(executing_agp):
         assert len(receipts) == 1
         assert receipts[0]["status"] == "succeeded"
         assert client.verify_signature(receipts[0]) is True
+        assert receipts[0]["governance"]["decision_id"] == world.decision.decision_id
         assert client.receipts.get(receipts[0]["receipt_id"]) == receipts[0]
 
         with pytest.raises(ConflictError):

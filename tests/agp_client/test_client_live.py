@@ -4,9 +4,11 @@ import json
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 import requests
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import agp_client
 from agp_client import AGPClient, AuthenticationError, NotFoundError, ScopeError, ValidationError
@@ -65,14 +67,15 @@ def test_it_refreshes_a_two_second_token_transparently_across_a_five_second_run(
 
 
 def test_it_fetches_a_new_token_once_when_the_server_answers_401(live_agp):
-    with make_client(live_agp.url) as client:
+    # A negative refresh skew: the client keeps its token an hour past its expiry, as one
+    # whose clock lags the server's would; only the server's 401 tells it otherwise.
+    with make_client(live_agp.url, token_refresh_skew=-3600) as client:
         client.ledger_events.page(limit=1)
-        stale = client.auth._token
-        client.auth._refresh_at = float("inf")  # the client believes its token is good for ever
+        stale = client.auth.token()
         time.sleep(3.1)  # past the 2 s lifetime on the server's clock (exp has 1 s resolution)
         assert client.ledger_events.page(limit=1)["items"] is not None
         assert client.auth.fetches == 2
-        assert client.auth._token != stale
+        assert client.auth.token() != stale
 
 
 def test_it_does_not_execute_a_post_twice_when_the_response_is_dropped(live_agp):
@@ -229,3 +232,89 @@ def test_it_closes_a_task(live_agp):
         with pytest.raises(agp_client.InvalidTransitionError) as again:
             client.tasks.close(task["task_id"])
         assert (again.value.status, again.value.code) == (409, "AGP_INVALID_TRANSITION")
+
+
+# --- verify_signatures=True: every signed resource received is verified (CONTRACT C12) ----------------------
+def canned_json(body: dict) -> bytes:
+    data = agp_client.numbers.dumps(body).encode()
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+            f"Connection: close\r\n\r\n").encode() + data
+
+
+def later(**delta) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + timedelta(**delta).total_seconds()))
+
+
+def governed_records(client: AGPClient) -> dict:
+    """A delegation chain, a task, a decision, its impact assessment and approval, made through ``client``."""
+    run = uuid.uuid4().hex[:8]
+    principal, orchestrator, agent = f"acme-{run}", f"orchestrator-{run}", f"agent-{run}"
+    root = client.delegations.create(root_principal=principal, delegator_agent=principal,
+                                     delegate_agent=orchestrator, authority_scope=["payments:*"],
+                                     expires_at=later(days=1))
+    link = client.delegations.create(root_principal=principal, delegator_agent=orchestrator, delegate_agent=agent,
+                                     authority_scope=["payments:refund"])
+    task = client.tasks.create(root_principal=principal, agent_id=agent, risk_level="high", action_class="transact")
+    decision = client.decisions.create(task_id=task["task_id"], agent_id=agent, outcome="approve", rationale="r")
+    assessment = client.impact_assessments.create(
+        task_id=task["task_id"], decision_ref=decision["decision_id"], agent_id="assessor", recommendation="proceed",
+        time_horizons=[{"horizon": "immediate", "severity": "minor"}])
+    approval = client.approvals.create(decision_ref=decision["decision_id"], approver="human:carol",
+                                       verdict="approved", expires_at=later(hours=1))
+    return {"principal": principal, "root": root, "link": link, "assessment": assessment, "approval": approval}
+
+
+def test_a_verifying_client_checks_every_signed_resource_it_receives_delegation_links_included(live_agp):
+    with make_client(live_agp.url, verify_signatures=True) as client:
+        # Every create answered a signed resource, which was verified before it returned.
+        records = governed_records(client)
+        link = records["link"]
+        assert len(link["signature_chain"]) == 2
+        assert client.delegations.get(link["delegation_id"]) == link
+        assert [item["delegation_id"] for item in client.delegations.list(root_principal=records["principal"])] == [
+            link["delegation_id"], records["root"]["delegation_id"]]
+        assert client.impact_assessments.get(records["assessment"]["assessment_id"]) == records["assessment"]
+        assert client.approvals.get(records["approval"]["approval_id"]) == records["approval"]
+        for name in ("root", "link", "assessment", "approval"):
+            assert client.verify_signature(records[name]) is True, name
+        assert client.verify_signature({**link, "authority_scope": ["payments:*"]}) is False
+
+
+def test_a_verifying_client_raises_on_a_tampered_link_and_on_a_foreign_key(live_agp):
+    with make_client(live_agp.url) as client:
+        link = governed_records(client)["link"]
+    widened = {**link, "authority_scope": ["payments:*"]}
+    path = f"/agp/delegations/{link['delegation_id']}"
+    proxy = FaultProxy(upstream_port=int(live_agp.url.rsplit(":", 1)[1]), mode="status",
+                       match=f"GET {path} ".encode(), canned=canned_json(widened), faults=2)
+    try:
+        with make_client(proxy.url, verify_signatures=True) as verifying:
+            with pytest.raises(agp_client.SignatureError) as refused:
+                verifying.delegations.get(link["delegation_id"])
+        problem = "its content is not what was signed (a field was changed: payload_hash does not match)"
+        assert refused.value.problems == [f"delegation {link['delegation_id']}: {problem}"]
+        assert str(refused.value) == f"GET {path}: a signed record does not verify: {refused.value.problems[0]}"
+        assert refused.value.body == widened and refused.value.status == 200
+        # Without the option the same answer is returned as received; checking it says what is wrong.
+        with make_client(proxy.url) as trusting:
+            received = trusting.delegations.get(link["delegation_id"])
+            assert received == widened
+            assert agp_client.signature_problem(received, trusting.jwks()) == problem
+    finally:
+        proxy.close()
+
+    # Signed, but by a key the service does not publish: refused after one refresh of the JWKS.
+    stranger = Signer(Ed25519PrivateKey.generate(), "agp")
+    forged = {"type": "Approval", "approval_id": "apr-forged", "verdict": "approved"}
+    forged["signature"] = stranger.sign(forged)
+    proxy = FaultProxy(upstream_port=int(live_agp.url.rsplit(":", 1)[1]), mode="status",
+                       match=b"GET /agp/approvals/apr-forged ", canned=canned_json(forged))
+    try:
+        with make_client(proxy.url, verify_signatures=True) as verifying:
+            with pytest.raises(agp_client.SignatureError) as foreign:
+                verifying.approvals.get("apr-forged")
+        assert foreign.value.problems == [
+            f"approval apr-forged: it is signed with key {stranger.kid!r}, which the JWKS does not hold"]
+        assert [r.path for r in proxy.seen if r.path.startswith("/.well-known/")] == ["/.well-known/jwks.json"] * 2
+    finally:
+        proxy.close()

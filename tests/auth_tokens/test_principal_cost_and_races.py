@@ -29,16 +29,21 @@ def test_it_costs_one_indexed_query_per_authenticated_request(api, settings, mak
 
 
 @pytest.mark.django_db
-def test_it_reads_the_client_once_even_when_the_idempotency_middleware_asks_too(api, make_token):
+def test_it_reads_the_client_once_even_when_the_idempotency_middleware_asks_too(api, settings, make_token):
     token = make_token()
-    body = {"event_type": "client.x", "resource_type": "X", "resource_id": "x"}
-    with CaptureQueriesContext(connection) as queries:
-        response = api.post("/agp/ledger-events", body, format="json", HTTP_AUTHORIZATION=f"Bearer {token}",
-                            HTTP_IDEMPOTENCY_KEY="key-1")
-    assert response.status_code == 201
-    client_reads = [q for q in queries if 'FROM "auth_tokens_client"' in q["sql"]]
-    assert len(client_reads) == 1
-    assert LedgerEvent.objects.filter(event_type="client.x").count() == 1
+
+    def keyed_write(key: str, **headers) -> int:
+        body = {"event_type": "client.x", "resource_type": "X", "resource_id": key}
+        with CaptureQueriesContext(connection) as queries:
+            response = api.post("/agp/ledger-events", body, format="json", HTTP_IDEMPOTENCY_KEY=key, **headers)
+        assert response.status_code == 201
+        return len(queries)
+
+    with_token = keyed_write("key-1", HTTP_AUTHORIZATION=f"Bearer {token}")
+    settings.AGP_AUTH_SECRET = None
+    without = keyed_write("key-2")
+    assert with_token - without == 1
+    assert LedgerEvent.objects.filter(event_type="client.x").count() == 2
 
 
 @pytest.mark.postgres

@@ -1,8 +1,8 @@
 """Backtests run by a real Celery worker (CONTRACT C14), on PostgreSQL and Redis.
 
-10,000 recorded evaluations are re-evaluated through the API, and the counts are checked
-against an independent re-evaluation here, with regorus itself; a slow one is cancelled
-while it runs and stops.
+10,000 recorded evaluations, each made for an action, are re-evaluated through the API, and
+the counts are checked against an independent re-evaluation here, with regorus itself; a
+slow one is cancelled while it runs and stops.
 """
 
 import hashlib
@@ -12,7 +12,7 @@ import pytest
 import regorus
 from django.utils import timezone
 
-from agp_project.canonical import content_hash
+from agp_project.canonical import action_document, content_hash
 from core.models import LedgerEvent
 from decision.models import Backtest, PolicyEvaluation
 from tests.execution.factories import RULESET, make_policy_set, make_world
@@ -39,6 +39,8 @@ deny contains "amount over 100" if input.amount > 100
 deny contains "weekend" if input.weekend == true
 
 deny contains "bad ratio" if 100 / input.divisor < 0
+
+deny contains "closed account" if input.action.parameters.account == "closed"
 """
 
 # A few milliseconds an evaluation: slow enough to be cancelled while it runs.
@@ -61,18 +63,25 @@ def recorded_input(i: int) -> dict:
             "require_approval": i % 5 == 0, "divisor": 0 if i % 1000 == 0 else 1}
 
 
+def recorded_action(i: int) -> dict:
+    """The action (CONTRACT C12) the evaluation was made for: the candidate judges its account."""
+    return action_document(tool_id="payments", operation="refund",
+                           parameters={"amount": i % 1500, "account": "closed" if i % 11 == 0 else "open"})
+
+
 def seed(world, baseline, count: int) -> None:
     """``count`` evaluations as RULESET recorded them (deny above 1000, approval when asked)."""
     now = timezone.now()
     rows = []
     for i in range(count):
-        policy_input = recorded_input(i)
+        policy_input, action = recorded_input(i), recorded_action(i)
         allowed = policy_input["amount"] <= 1000
         result = {"allow": allowed, "require_approval": policy_input["require_approval"],
                   "reasons": [] if allowed else ["amount over 1000"]}
         rows.append(PolicyEvaluation(
             evaluation_id=f"pe-bt-{i}", policy_set=baseline, task=world.task, agent_id=world.agent_id,
-            input=policy_input, input_hash=content_hash(policy_input), ruleset_hash=baseline.ruleset_hash,
+            input=policy_input, input_hash=content_hash(policy_input), action=action,
+            action_hash=content_hash(action), ruleset_hash=baseline.ruleset_hash,
             result=result, allowed=allowed, require_approval=result["require_approval"], evaluated_at=now,
             created_at=now))
     PolicyEvaluation.objects.bulk_create(rows, batch_size=2000)
@@ -86,7 +95,7 @@ def independent_counts(count: int) -> dict[str, int]:
     counts = dict.fromkeys(("unchanged", "newly_denied", "newly_allowed", "approval_changed", "errors"), 0)
     for i in range(count):
         policy_input = recorded_input(i)
-        engine.set_input(policy_input)
+        engine.set_input({**policy_input, "action": recorded_action(i)})
         try:
             allow = engine.eval_rule("data.agp.candidate.allow") is True
             denied = bool(engine.eval_rule("data.agp.candidate.deny"))
@@ -142,6 +151,10 @@ def test_a_backtest_over_ten_thousand_recorded_evaluations_matches_an_independen
     # Those the candidate could not evaluate count under the engine's error, not under a deny reason.
     assert body["by_reason"]["amount over 100"] == sum(
         1 for i in range(RECORDED) if 100 < recorded_input(i)["amount"] <= 1000 and recorded_input(i)["divisor"])
+    # Judged on the recorded action: the closed accounts among those the baseline allowed.
+    assert body["by_reason"]["closed account"] == sum(
+        1 for i in range(RECORDED)
+        if i % 11 == 0 and recorded_input(i)["amount"] <= 1000 and recorded_input(i)["divisor"])
     assert body["ruleset_hash"] == ruleset_hash(CANDIDATE)
     assert PolicyEvaluation.objects.count() == evaluations_before
     assert ledger_event_types(body["backtest_id"]) == ["backtest.created", "backtest.running", "backtest.succeeded"]

@@ -1,7 +1,9 @@
 """Backtests (CONTRACT C14), in process: the API, the summary the run stores, its window, and
 that it writes nothing but its own record. (A real worker runs one in test_backtest_worker.py.)"""
 
+import time
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -15,6 +17,7 @@ from decision.models import Backtest, PolicyEvaluation
 from execution.selectors import action_ids_citing
 from tests.execution.factories import RULESET, make_policy_set, make_world
 from tests.execution.worker import ledger_event_types, submit_async
+from tests.registry.test_policy_sets_api import SPINS_ON_DEMAND
 
 pytestmark = pytest.mark.django_db
 
@@ -39,6 +42,23 @@ deny contains "amount over 100" if input.amount > 100
 deny contains "weekend" if input.weekend == true
 
 deny contains "bad ratio" if 100 / input.divisor < 0
+"""
+
+# Allows what it is asked, but spins for minutes of CPU above an amount of 100.
+SPINS_ABOVE_100 = """package agp.spins
+
+import rego.v1
+
+default allow := false
+
+allow if input.amount <= 100
+
+allow if {
+    input.amount > 100
+    some i in numbers.range(1, 20000)
+    some j in numbers.range(1, 20000)
+    i * j == -1
+}
 """
 
 
@@ -187,6 +207,85 @@ def test_it_re_evaluates_the_window_and_stores_the_summary_and_the_changes(api):
     assert run(body["backtest_id"]) == "done"
 
 
+# Judges the action itself (CONTRACT C12's input.action), not the client's input: without the
+# recorded action every re-evaluation would be a denial.
+ACTION_CANDIDATE = """package agp.action_candidate
+
+import rego.v1
+
+default allow := false
+
+allow if input.action.operation == "refund"
+
+deny contains "refund over 100" if input.action.parameters.amount > 100
+"""
+
+
+def evaluate_through_the_api(api, world, policy_set, operation, parameters):
+    """A live evaluation (POST /agp/policy-evaluations) of ``policy_set`` made for an action."""
+    response = api.post("/agp/policy-evaluations", {
+        "policy_set_id": policy_set.policy_set_id, "task_id": world.task.task_id, "agent_id": world.agent_id,
+        "input": {"action_class": "transact"},
+        "action": {"tool_id": "payments", "operation": operation, "parameters": parameters}}, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def test_it_re_evaluates_each_evaluation_with_the_action_it_was_made_for(api):
+    world = make_world()
+    baseline = make_policy_set(ruleset=RULESET.replace("agp.test", "agp.baseline"))
+    # Recorded through the API, as live traffic records them; every one allowed by the baseline.
+    small = evaluate_through_the_api(api, world, baseline, "refund", {"amount": Decimal("99.99"), "currency": "USD"})
+    large = evaluate_through_the_api(api, world, baseline, "refund", {"amount": 500, "currency": "USD"})
+    other = evaluate_through_the_api(api, world, baseline, "delete", {"amount": 5})
+    # An exact amount (issue 20's numbers): stored, read back and handed to the engine as sent.
+    exact = evaluate_through_the_api(api, world, baseline, "refund", {"amount": Decimal("100.01"), "currency": "USD"})
+    assert exact["action"]["parameters"]["amount"] == 100.01
+    candidate = make_policy_set(ruleset=ACTION_CANDIDATE)
+    # The candidate's own live verdicts on the same actions: what the backtest must reproduce.
+    live = {body["evaluation_id"]: evaluate_through_the_api(
+        api, world, candidate, body["action"]["operation"], body["action"]["parameters"])["result"]
+        for body in (small, large, other, exact)}
+    assert [result["allow"] for result in live.values()] == [True, False, False, False]
+    evaluations_before = PolicyEvaluation.objects.count()
+
+    operation = start(api, policy_set_id=candidate.policy_set_id, baseline_policy_set_id=baseline.policy_set_id)
+    assert run(backtest_of(operation)) == "succeeded"
+
+    body = api.get(operation["result_url"]).json()
+    assert {k: body[k] for k in ("evaluations", "unchanged", "newly_denied", "newly_allowed", "errors")} == {
+        "evaluations": 4, "unchanged": 1, "newly_denied": 3, "newly_allowed": 0, "errors": 0}
+    changes = {change["evaluation_id"]: change for change in body["changes"]}
+    assert set(changes) == {large["evaluation_id"], other["evaluation_id"], exact["evaluation_id"]}
+    for evaluation_id, change in changes.items():
+        assert change["after"] == live[evaluation_id]
+    assert changes[large["evaluation_id"]]["after"]["reasons"] == ["refund over 100"]
+    assert changes[exact["evaluation_id"]]["after"]["reasons"] == ["refund over 100"]
+    assert body["by_reason"] == {"refund over 100": 2, "(allow is not true)": 1}
+    assert PolicyEvaluation.objects.count() == evaluations_before
+
+
+def test_a_re_evaluation_past_the_engine_s_time_limit_is_an_error_and_the_run_goes_on(api, settings):
+    settings.AGP_OPA_URL = None
+    settings.AGP_POLICY_TIMEOUT_MS = 300
+    world = make_world()
+    spinning = make_policy_set(ruleset=SPINS_ABOVE_100)
+    records = [record(world, 10), record(world, 500), record(world, 20)]
+
+    operation = start(api, policy_set_id=spinning.policy_set_id)
+    started = time.monotonic()
+    assert run(backtest_of(operation)) == "succeeded"
+    elapsed = time.monotonic() - started
+
+    body = api.get(operation["result_url"]).json()
+    assert (body["evaluations"], body["errors"], body["newly_denied"], body["unchanged"]) == (4, 1, 1, 3)
+    [change] = body["changes"]
+    assert change["evaluation_id"] == records[1].evaluation_id
+    assert change["after"] == {"allow": False, "require_approval": False, "reasons": [
+        "policy evaluation stopped: it exceeded the time limit of 300 ms (AGP_POLICY_TIMEOUT_MS)"]}
+    assert elapsed < 5  # one stopped evaluation costs its limit, not the minutes it would spin
+
+
 def test_it_keeps_to_the_window_the_baseline_the_task_and_the_agent(api):
     world, other = make_world(), make_world()
     candidate = make_policy_set(ruleset=CANDIDATE)
@@ -234,6 +333,27 @@ def test_an_empty_window_succeeds_with_zero_counts(api):
     assert run(backtest_of(operation)) == "succeeded"
     body = api.get(operation["result_url"]).json()
     assert (body["total"], body["evaluations"], body["changes"]) == (0, 0, [])
+
+
+def test_a_candidate_that_runs_away_is_stopped_at_the_engine_s_time_limit_on_each_evaluation(api, settings):
+    settings.AGP_POLICY_TIMEOUT_MS = 300
+    world = make_world()
+    candidate = make_policy_set(ruleset=SPINS_ON_DEMAND)  # minutes of CPU for an input with spin
+    spinning = [record(world, 10, spin=True) for _ in range(3)]
+    record(world, 20)
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+    started = time.monotonic()
+
+    assert run(backtest_of(operation)) == "succeeded"
+
+    assert time.monotonic() - started < 3 * 0.3 + 4  # each stopped at 300 ms (and its process replaced)
+    body = api.get(operation["result_url"]).json()
+    stopped = "policy evaluation stopped: it exceeded the time limit of 300 ms (AGP_POLICY_TIMEOUT_MS)"
+    assert {k: body[k] for k in ("evaluations", "unchanged", "newly_denied", "by_reason")} == {
+        "evaluations": 5, "unchanged": 2, "newly_denied": 3, "by_reason": {stopped: 3}}
+    assert {change["evaluation_id"]: change["after"] for change in body["changes"]} == {
+        evaluation.evaluation_id: {"allow": False, "require_approval": False, "reasons": [stopped]}
+        for evaluation in spinning}
 
 
 # --- cancelling ------------------------------------------------------------------------------------

@@ -25,6 +25,30 @@ allow if input.action_class in {"read", "write", "transact"}
 deny contains "amount over 100" if input.amount > 100
 """
 
+# Judges the action (CONTRACT C12's input.action) rather than the client's input.
+REFUNDS_ONLY = """package agp.refunds_only
+
+import rego.v1
+
+default allow := false
+
+allow if input.action.operation == "refund"
+
+deny contains "refund over 100" if input.action.parameters.amount > 100
+"""
+
+# Minutes of CPU: only the engine's time limit ends it.
+SPINNING = """package agp.spinning
+
+import rego.v1
+
+allow if {
+    some i in numbers.range(1, 20000)
+    some j in numbers.range(1, 20000)
+    i * j == -1
+}
+"""
+
 # Allows everything RULESET allows: agrees on every input below.
 SAME = RULESET.replace("package agp.test", "package agp.same")
 
@@ -100,6 +124,43 @@ def test_an_evaluation_records_each_active_shadow_and_its_disagreement_without_c
     assert denied["result"]["allow"] is False
     assert {r["policy_set_id"]: r["matches"] for r in denied["shadow_results"]} == {
         "ps-a-same": True, "ps-b-stricter": True}
+
+
+def test_a_shadow_judges_the_action_the_evaluation_was_made_for(api):
+    world = make_world()
+    make_policy_set(policy_set_id="ps-refunds-only", ruleset=REFUNDS_ONLY, shadow_of=world.policy_set)
+
+    def evaluate_action(operation, amount):
+        response = api.post("/agp/policy-evaluations", {
+            "policy_set_id": world.policy_set.policy_set_id, "task_id": world.task.task_id,
+            "agent_id": world.agent_id, "input": {"action_class": "transact", "amount": 50},
+            "action": {"tool_id": "payments", "operation": operation, "parameters": {"amount": amount}}},
+            format="json")
+        assert response.status_code == 201, response.content
+        return response.json()
+
+    refund, large, delete = evaluate_action("refund", 50), evaluate_action("refund", 500), evaluate_action("delete", 5)
+
+    # The outcome is the shadowed set's, the same for all three; the shadow saw each action.
+    assert refund["result"] == large["result"] == delete["result"] == {
+        "allow": True, "require_approval": False, "reasons": []}
+    assert [body["shadow_results"] for body in (refund, large, delete)] == [
+        [{"policy_set_id": "ps-refunds-only", "allow": True, "matches": True}],
+        [{"policy_set_id": "ps-refunds-only", "allow": False, "matches": False}],
+        [{"policy_set_id": "ps-refunds-only", "allow": False, "matches": False}]]
+
+
+def test_a_shadow_stopped_at_the_engine_s_time_limit_changes_nothing(api, settings):
+    settings.AGP_OPA_URL = None
+    settings.AGP_POLICY_TIMEOUT_MS = 300
+    world = make_world()
+    make_policy_set(policy_set_id="ps-spinning", ruleset=SPINNING, shadow_of=world.policy_set)
+
+    evaluation = evaluate(api, world, amount=500)
+
+    assert evaluation["result"] == {"allow": True, "require_approval": False, "reasons": []}
+    assert evaluation["shadow_results"] == [{"policy_set_id": "ps-spinning", "allow": False, "matches": False}]
+    assert PolicyEvaluation.objects.get(evaluation_id=evaluation["evaluation_id"]).allowed is True
 
 
 def test_it_reads_the_set_and_its_shadows_in_the_one_query_it_read_the_set_in(api):

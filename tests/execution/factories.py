@@ -40,6 +40,10 @@ from agp_project.ids import new_id
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
 
+# CONTRACT C8's checks and C13's freeze, in the order a report lists them.
+CONTRACT_CHECKS = ["task", "delegation", "capability", "decision", "policy_evaluation", "impact_assessment", "approval",
+                   "escalation", "commerce", "created_at", "freeze"]
+
 RULESET = """package agp.test
 
 import rego.v1

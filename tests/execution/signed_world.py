@@ -24,7 +24,9 @@ def _created(response) -> dict:
     return response.json()
 
 
-def make_executed_action(api, *, execute: bool = True) -> dict:
+def make_executed_action(api, *, execute: bool = True, parameters: dict | None = None) -> dict:
+    """``parameters``: the refund's (default ``{"amount": 50, "currency": "USD"}``), evaluated and submitted."""
+    parameters = {"amount": 50, "currency": "USD"} if parameters is None else parameters
     suffix = new_id("w")[2:].lower()
     root, orchestrator, agent = f"principal-{suffix}", f"orchestrator-{suffix}", f"agent-{suffix}"
     later = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -53,7 +55,7 @@ def make_executed_action(api, *, execute: bool = True) -> dict:
     evaluation = post("/agp/policy-evaluations", {
         "policy_set_id": policy_set["policy_set_id"], "task_id": task["task_id"], "agent_id": agent,
         "input": {"action_class": "transact", "require_approval": True, "amount": 50},
-        "action": {"tool_id": "payments", "operation": "refund", "parameters": {"amount": 50, "currency": "USD"}}})
+        "action": {"tool_id": "payments", "operation": "refund", "parameters": parameters}})
     decision = post("/agp/decisions", {"task_id": task["task_id"], "agent_id": agent, "outcome": "approve",
                                        "rationale": "within policy",
                                        "policy_evaluation_ref": evaluation["evaluation_id"]})
@@ -73,7 +75,7 @@ def make_executed_action(api, *, execute: bool = True) -> dict:
         "type": "ActionEnvelope", "action_id": action_id, "task_id": task["task_id"], "agent_id": agent,
         "tool_id": "payments", "operation": "refund", "capability_token_ref": capability["capability_id"],
         "decision_ref": decision["decision_id"], "policy_decision_ref": evaluation["evaluation_id"],
-        "parameters": {"amount": 50, "currency": "USD"}}, format="json", HTTP_PREFER="respond-async")
+        "parameters": parameters}, format="json", HTTP_PREFER="respond-async")
     assert accepted.status_code == 202, accepted.content
     operation_id = accepted.json()["operation_id"]
     if execute:

@@ -3,8 +3,6 @@
 from decimal import Decimal
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agp_project import errors
@@ -15,7 +13,7 @@ from execution.budgets import payment_commit, payment_release
 from execution.checks import envelope_recheck
 from execution.models import ActionEnvelope, Operation, Payment
 from execution.services import envelope_accept, envelope_inputs
-from tests.concurrency import run_together
+from tests.concurrency import run_together, waits_behind
 from tests.execution.factories import make_delegation, make_full_world
 
 URL = "/agp/action-envelopes"
@@ -37,20 +35,21 @@ def _amounts(world):
     return session.reserved_amount, session.spent_amount
 
 
-@pytest.mark.django_db
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_it_queues_reservations_on_the_trees_root_leaving_its_reference_checks_free(api):
+    """As registry's tree lock (tests/registry/test_tree_locks.py): a reservation waits for
+    another writer of its delegation tree, and not for a foreign-key check on the root link."""
     world = make_full_world()
-    with CaptureQueriesContext(connection) as queries:
-        _accept(api, world)
+    root = world.root_delegation.pk
 
-    locks = [" ".join(q["sql"].split()) for q in queries.captured_queries
-             if "registry_delegation" in q["sql"] and " FOR " in q["sql"]]
-    if connection.vendor == "postgresql":  # as registry's tree lock (tests/registry/test_tree_locks.py)
-        assert len(locks) == 1 and locks[0].endswith("FOR NO KEY UPDATE"), locks
-        assert f"= {world.root_delegation.pk}" in locks[0]
-    else:  # SQLite: no row locks
-        assert locks == []
-    assert _amounts(world) == (Decimal("50"), Decimal("0"))
+    waited, _ = waits_behind("SELECT id FROM registry_delegation WHERE id = %s FOR KEY SHARE", [root],
+                             lambda: _accept(api, world))
+    assert not waited
+    waited, _ = waits_behind("SELECT id FROM registry_delegation WHERE id = %s FOR NO KEY UPDATE", [root],
+                             lambda: _accept(api, world))
+    assert waited
+    assert _amounts(world) == (Decimal("100"), Decimal("0"))
 
 
 @pytest.mark.django_db

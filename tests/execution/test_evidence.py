@@ -5,12 +5,13 @@ import copy
 import json
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agp_client import VerificationError, verify_evidence
+from agp_client import VerificationError, numbers, verify_evidence
 from agp_project.signing import Signer
 from core.models import Checkpoint, LedgerEvent
 from core.services import checkpoint_create
@@ -229,6 +230,32 @@ def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api
         assert done.stderr.startswith(f"FAILED: {failure}"), (name, done.stderr)
         with pytest.raises(VerificationError, match="^" + failure.replace("(", r"\(").replace(")", r"\)")):
             verify_evidence(tampered)
+
+
+def test_a_bundle_with_exact_numbers_verifies_offline_as_downloaded(api, tmp_path):
+    # Numbers no binary double holds, signed exactly (docs/decisions/exact-json.md): the file as
+    # the service sent it must verify with the client alone, and not once its numbers are rounded.
+    rate = "0.1234567890123456789"
+    parameters = {"amount": Decimal("49.99"), "currency": "USD", "rate": Decimal(rate)}
+    action_id = make_executed_action(api, parameters=parameters)["action_id"]
+    response = api.get(f"/agp/action-envelopes/{action_id}/evidence")
+    assert response.status_code == 200, response.content
+    downloaded = tmp_path / "evidence.json"
+    downloaded.write_bytes(response.content)
+
+    done = verify_file(downloaded)
+
+    assert done.returncode == 0, done.stderr
+    assert f'"rate":{rate}' in response.content.decode()
+    bundle = numbers.loads(response.content)
+    assert bundle["records"]["envelope"]["parameters"] == parameters
+    assert bundle["records"]["policy_evaluation"]["action"]["parameters"] == parameters
+    assert verify_evidence(bundle)["signatures"] == 10
+    # Read as binary doubles (json.loads' default), the signed parameters no longer hash the same.
+    rounded = tmp_path / "rounded.json"
+    rounded.write_text(json.dumps(json.loads(response.content)))
+    refused = verify_file(rounded)
+    assert refused.returncode == 1 and refused.stderr.startswith("FAILED: "), refused.stderr
 
 
 def test_verify_evidence_checks_against_a_trusted_jwks_when_given(api, tmp_path):

@@ -12,7 +12,6 @@ from decimal import Decimal
 
 import pytest
 
-from core import outbox
 from core.models import LedgerEvent
 from decision.models import CommerceSession
 from execution.models import Operation, Receipt
@@ -22,6 +21,7 @@ from tests.execution.worker import (  # noqa: F401
     ledger_event_types,
     module_worker,
     poll_until_ended,
+    publishing_fails,
     submit_async,
     test_broker,
     wait_for,
@@ -68,7 +68,7 @@ def enforcements(worker) -> list[str]:
 
 
 def test_an_agent_freeze_stops_everything_of_the_agent_within_five_seconds_and_lifting_restores_it(
-        api, settings, receiver, module_worker, worker_db, monkeypatch):
+        api, settings, receiver, module_worker, worker_db):
     settings.AGP_ALLOW_PRIVATE_URLS = True  # the callback receiver listens on 127.0.0.1
     world = make_world(action_class="transact", connector="external")
     hook = receiver.url("/hook")
@@ -78,9 +78,8 @@ def test_an_agent_freeze_stops_everything_of_the_agent_within_five_seconds_and_l
              worker=module_worker)
     # ... and one pending: accepted, its message not published yet (as if the web process
     # died right after its commit: the outbox sweep would publish it 30 s later).
-    monkeypatch.setattr(outbox, "_publish", lambda message: False)
-    pending = submit_async(api, world.envelope_request(callback_url=hook))["operation_id"]
-    monkeypatch.undo()
+    with publishing_fails():
+        pending = submit_async(api, world.envelope_request(callback_url=hook))["operation_id"]
     session = CommerceSession.objects.get(pk=world.session.pk)
     assert session.reserved_amount == Decimal("100")
 

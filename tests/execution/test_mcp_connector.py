@@ -5,6 +5,7 @@ records every ``tools/list`` and ``tools/call``, so each test can say what reach
 """
 
 import ipaddress
+from decimal import Decimal
 
 import anyio
 import httpx2
@@ -96,6 +97,26 @@ def test_a_tool_error_fails_with_the_tools_text(local_mcp, mcp_servers):
     assert error["details"]["text"] in error["message"]
     assert error["details"]["result"]["isError"] is True
     assert server.calls() == [{"tool": "issue_refund", "arguments": {"amount": 500}}]
+
+
+def test_exact_numbers_reach_the_tool_as_json_numbers_or_the_tool_is_not_called(local_mcp, mcp_servers):
+    # Parameters are read with exact numbers (docs/decisions/exact-json.md): a Decimal.
+    server = mcp_servers.start()
+    pins = pinned(server)
+
+    result = connector_for("mcp").execute(call(server, "wait", {"seconds": Decimal("0.25")}, pins))
+
+    assert result["structuredContent"] == {"result": "waited 0.25"}
+    [sent] = server.calls()
+    assert sent == {"tool": "wait", "arguments": {"seconds": 0.25}}
+    assert isinstance(sent["arguments"]["seconds"], float)  # a JSON number on the wire, not the string "0.25"
+
+    # A number no binary double holds cannot be sent exactly: nothing is called.
+    with pytest.raises(ExecutionFailed) as caught:
+        connector_for("mcp").execute(call(server, "wait", {"seconds": Decimal("0.1000000000000000001")}, pins))
+
+    assert "0.1000000000000000001 cannot be sent exactly" in failure(caught)["message"]
+    assert len(server.calls()) == 1
 
 
 def test_a_call_that_was_sent_is_never_repeated(local_mcp, mcp_servers):

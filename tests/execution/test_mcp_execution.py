@@ -5,6 +5,7 @@ each step is driven directly. The MCP server is real (tests/mcp_server.py).
 """
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -106,6 +107,17 @@ def test_it_executes_a_pinned_tool_and_the_receipt_hashes_the_tool_result(api, l
     assert server.calls() == [{"tool": "lookup_customer", "arguments": LOOKUP}]
     running = LedgerEvent.objects.get(resource_id=operation_id, event_type="operation.running")
     assert (running.payload["connector"], running.payload["skill_id"]) == ("mcp", world.skill.skill_id)
+
+
+def test_an_exact_number_in_the_parameters_reaches_the_tool_as_the_number_sent(api, local_mcp, mcp_servers):
+    server = mcp_servers.start()
+    world = make_mcp_world(server.url, operation="wait", allowed_parameter_ranges={})
+    operation_id = submit_async(api, world.bound_request(parameters={"seconds": Decimal("0.25")}))["operation_id"]
+
+    assert operation_execute(operation_id=operation_id, executor="worker-a") == "succeeded"
+
+    assert server.calls() == [{"tool": "wait", "arguments": {"seconds": 0.25}}]
+    assert Receipt.objects.get(operation_id=operation_id).result["structuredContent"] == {"result": "waited 0.25"}
 
 
 def test_a_changed_tool_fails_the_operation_closed(api, local_mcp, mcp_servers):

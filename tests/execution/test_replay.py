@@ -5,10 +5,16 @@ from rest_framework.test import APIClient
 
 from core.models import LedgerEvent
 from execution.budgets import payment_commit
-from execution.checks import CHECK_NAMES
 from execution.models import ActionEnvelope, Operation, Payment
 from execution.runner import operation_execute
-from tests.execution.factories import DENY_TRANSACT_RULESET, RULESET, make_full_world, make_policy_set, make_world
+from tests.execution.factories import (
+    CONTRACT_CHECKS,
+    DENY_TRANSACT_RULESET,
+    RULESET,
+    make_full_world,
+    make_policy_set,
+    make_world,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +41,7 @@ def test_it_reports_matching_verdicts_for_an_accepted_action(api):
     assert replay["changed_checks"] == []
     for side in ("original", "current"):
         assert replay[side]["verdict"] == "cleared"
-        assert [item["check"] for item in replay[side]["checks"]] == list(CHECK_NAMES)
+        assert [item["check"] for item in replay[side]["checks"]] == CONTRACT_CHECKS
         assert all(item["passed"] and item["reason"] for item in replay[side]["checks"])
     assert replay["original"]["checks"] == ActionEnvelope.objects.get(action_id=action_id).checks
     assert "what_if" not in replay

@@ -7,7 +7,6 @@ import pytest
 from django.utils import timezone
 
 from agp_project.signing import verify_resource
-from core import outbox
 from core.ledger import ledger_verify
 from core.models import OutboxMessage
 from decision.models import CommerceSession
@@ -17,6 +16,7 @@ from tests.execution.worker import (  # noqa: F401
     ledger_event_types,
     module_worker,
     poll_until_ended,
+    publishing_fails,
     submit_async,
     test_broker,
     wait_for,
@@ -82,13 +82,11 @@ def test_it_completes_an_external_operation_when_the_executor_posts_its_receipt(
     assert ledger_event_types(operation_id) == ["operation.created", "operation.running", "operation.succeeded"]
 
 
-def test_it_publishes_what_a_crash_between_commit_and_publish_left_in_the_outbox(api, module_worker, worker_db,
-                                                                                 monkeypatch):
+def test_it_publishes_what_a_failed_publish_after_the_commit_left_in_the_outbox(api, module_worker, worker_db):
     world = make_world()
-    # The web process dies right after its commit: the on-commit publish never happens.
-    monkeypatch.setattr(outbox, "_publish", lambda message: False)
-    operation_id = submit_async(api, world.envelope_request())["operation_id"]
-    monkeypatch.undo()
+    # The on-commit publish fails (as if the web process died right after its commit).
+    with publishing_fails():
+        operation_id = submit_async(api, world.envelope_request())["operation_id"]
     message = OutboxMessage.objects.get(task_name="agp.execute_operation", status="pending")
     assert message.args == [operation_id]
     OutboxMessage.objects.filter(pk=message.pk).update(created_at=timezone.now() - timedelta(minutes=1))
@@ -100,12 +98,11 @@ def test_it_publishes_what_a_crash_between_commit_and_publish_left_in_the_outbox
     assert Receipt.objects.filter(operation_id=operation_id).count() == 1
 
 
-def test_it_re_enqueues_a_pending_operation_whose_message_was_lost(api, module_worker, worker_db, monkeypatch):
+def test_it_re_enqueues_a_pending_operation_whose_message_was_lost(api, module_worker, worker_db):
     world = make_world()
     # The broker lost the message after accepting it: the outbox says published, no worker got it.
-    monkeypatch.setattr(outbox, "_publish", lambda message: False)
-    operation_id = submit_async(api, world.envelope_request())["operation_id"]
-    monkeypatch.undo()
+    with publishing_fails():
+        operation_id = submit_async(api, world.envelope_request())["operation_id"]
     OutboxMessage.objects.filter(status="pending").update(status="published", published_at=timezone.now())
     Operation.objects.filter(operation_id=operation_id).update(updated_at=timezone.now() - timedelta(minutes=5))
 

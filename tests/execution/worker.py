@@ -8,7 +8,8 @@ the same broker and queue: ``test_broker`` points the Celery app at them for the
 
 Fixtures (import them into a test module):
 
-- ``test_broker`` (session): the broker URL and queue, the app reconfigured.
+- ``test_broker`` (session): the broker URL and queue, the app reconfigured;
+  ``publishing_fails()`` makes the test process's publishes fail for a while.
 - ``worker_factory`` (function): ``start(concurrency=2, **env)`` starts a worker and waits
   until it is ready; ``kill()`` sends SIGKILL to its whole process group (main process and pool
   children, as a crash would); every worker is stopped at the end of the test.
@@ -76,24 +77,20 @@ def database_url() -> str:
     return f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
-def _point_app_at(*, url: str, queue: str) -> None:
+def point_app_at(*, url: str, queue: str) -> None:
     """Make this process's Celery app publish to ``url``/``queue``.
 
-    The cached pools are dropped, not closed: kombu keeps pools in a process-wide registry
-    keyed by the connection's parameters, and a closed pool left there would break the
-    next publisher of that URL.
+    Deleting the cached ``app.amqp`` makes the next publish build its producer pool (kombu's,
+    keyed on the new URL), queues and routes from the new settings. The app's own connection
+    pool is left as it is: publishing does not use it (only its size limit), and closing it
+    would close kombu's process-wide pool of the old URL for its next user.
     """
     from agp_project.celery import app
 
     app.conf.broker_url = url
     app.conf.broker_transport_options = {"visibility_timeout": 3600}
     app.conf.task_default_queue = queue
-    app._pool = None
-    amqp = app.amqp
-    amqp._producer_pool = None
-    amqp._rtable = None
-    for cached in ("queues", "router"):
-        amqp.__dict__.pop(cached, None)
+    del app.amqp
 
 
 _SESSION_BROKER: TestBroker | None = None
@@ -109,9 +106,27 @@ def session_broker(url: str) -> TestBroker:
     if _SESSION_BROKER is None:
         redis.Redis.from_url(url).ping()
         broker = TestBroker(url=url, queue=f"agp-test-{uuid.uuid4().hex[:12]}")
-        _point_app_at(url=broker.url, queue=broker.queue)
+        point_app_at(url=broker.url, queue=broker.queue)
         _SESSION_BROKER = broker
     return _SESSION_BROKER
+
+
+@contextlib.contextmanager
+def publishing_fails():
+    """Inside, the test process's publishes fail after the broker's reachability check passed:
+    its Celery app is set to a serializer that does not exist. The outbox message of a
+    commit then stays pending, as when the web process dies between its commit and the
+    publish."""
+    from agp_project.celery import app
+
+    serializer = app.conf.task_serializer
+    app.conf.task_serializer = "agp-test-no-such-serializer"
+    del app.amqp  # the task sender reads the serializer when it is built
+    try:
+        yield
+    finally:
+        app.conf.task_serializer = serializer
+        del app.amqp
 
 
 @pytest.fixture(scope="session")

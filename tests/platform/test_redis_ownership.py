@@ -13,6 +13,19 @@ from tests.platform.conftest import ROOT
 from tests.redis_server import RedisServer
 
 OWNED = 3
+# Left out of the sub-run: they use Redis only as the broker of the servers and workers they
+# start, the way tests/execution/test_worker.py and test_worker_recovery.py (a killed worker's
+# unacknowledged messages included) do in it, and would add minutes to every run. On SQLite
+# the sub-run's publishers are the test process itself (tests/reliability/test_unsafe_consumption.py).
+BROKER_ONLY_HEAVY = (
+    "tests/reliability/test_schema_fuzz.py", "tests/reliability/test_hostile_fuzz.py",
+    "tests/reliability/test_hostile_clients.py", "tests/reliability/test_hostile_requests.py",
+    "tests/reliability/test_races.py",
+    "tests/reliability/test_dead_receiver.py", "tests/execution/test_freeze_worker.py",
+    "tests/execution/test_mcp_worker.py", "tests/decision/test_backtest_worker.py",
+    "tests/platform/test_checkpoints.py", "tests/platform/test_operating_live.py",
+    "tests/agp_client/test_client_execution_live.py",
+)
 WRITES = ("set", "setex", "incr", "incrby", "lpush", "rpush", "sadd", "zadd", "hset")
 
 
@@ -65,10 +78,10 @@ def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
         database_url = sub_run_database_url()
         if database_url:
             env["AGP_DATABASE_URL"] = database_url
-        # Every test that uses Redis (they are marked redis), in a run of their own.
+        # The tests that use Redis (they are marked redis), in a run of their own.
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-m", "redis", "-q", "-p", "no:cacheprovider",
-             f"--basetemp={tmp_path / 'sub-run'}"],
+             f"--basetemp={tmp_path / 'sub-run'}", *(f"--ignore={path}" for path in BROKER_ONLY_HEAVY)],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]

@@ -116,13 +116,11 @@ def test_the_jwks_publishes_an_ed25519_key_under_its_rfc7638_thumbprint(api):
     assert set(key) == {"kty", "crv", "x", "kid", "alg", "use"}  # no private part
 
 
-def test_the_generated_key_is_kept_private_and_reused(own_key_file, api):
+def test_the_generated_key_is_kept_private_and_reused(own_key_file, api, settings):
     kid = get_signer().kid
     assert stat.S_IMODE(own_key_file.stat().st_mode) == 0o600
     assert b"PRIVATE KEY" in own_key_file.read_bytes()
-    from agp_project.signing import _signer
-
-    _signer.cache_clear()
+    settings.AGP_ISSUER = "https://another-issuer.example"  # a new signer, loaded from the key file again
     assert get_signer().kid == kid
     assert jwks(api)["keys"][0]["kid"] == kid
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.django_db
 
 
 # Members rendered only when set (older signatures cover documents without them).
-WHEN_SET = {"shadow_of": None, "tests": [], "test_summary": None}
+WHEN_SET = {"shadow_of": None, "tests": [], "test_summary": None, "governance": {}}
 
 
 def declared(serializer_class, instance) -> dict:

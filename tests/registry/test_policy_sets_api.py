@@ -204,17 +204,23 @@ def test_it_needs_the_registry_write_scope_to_patch(api, make_token):
 def test_a_ruleset_that_does_not_compile_is_a_400_with_line_and_column(api, ruleset, position, says):
     response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": ruleset}, format="json")
     error = assert_error(response, 400, "AGP_INVALID_REQUEST")
-    [message] = error["details"]["fields"]["ruleset"]
+    message = error["details"]["ruleset"]
     assert position in message and says in message, message
+    assert error["details"]["fields"]["ruleset"] == [message]
     assert not PolicySet.objects.exists() and not LedgerEvent.objects.exists()
 
 
-def test_a_ruleset_without_an_allow_rule_is_a_400(api):
-    ruleset = 'package x\n\ndeny contains "never" if true\n'
+@pytest.mark.parametrize(("ruleset", "message"), [
+    ('package x\n\ndeny contains "never" if true\n', "policy.rego:1:1: package x defines no allow rule"),
+    ('# Mail rules.\n\n  package mail.rules\n\nrequire_approval := true\n',
+     "policy.rego:3:3: package mail.rules defines no allow rule"),
+])
+def test_a_ruleset_without_an_allow_rule_is_a_400_naming_its_package_s_line_and_column(api, ruleset, message):
     response = api.post("/agp/policy-sets", {"name": "n", "version": "1", "ruleset": ruleset}, format="json")
     error = assert_error(response, 400, "AGP_INVALID_REQUEST")
-    assert error["details"]["fields"]["ruleset"] == ["policy compile error: package x defines no allow rule"]
-    assert not PolicySet.objects.exists()
+    assert error["details"]["ruleset"] == f"policy compile error: {message}"
+    assert error["details"]["fields"]["ruleset"] == [error["details"]["ruleset"]]
+    assert not PolicySet.objects.exists() and not LedgerEvent.objects.exists()
 
 
 EMAIL = """package mail

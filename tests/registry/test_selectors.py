@@ -59,18 +59,12 @@ def test_it_judges_a_chain_in_one_query_whatever_its_depth():
     assert counts == [1, 1]
 
 
-def test_it_reads_a_chain_through_its_compiled_statement_as_the_orm_would():
+def test_it_reads_a_chain_root_first_with_each_links_agent_revocation():
     links = f.chain(6)
     f.revoke("agent", links[2].delegate_agent)  # links 2 and 3 carry the revoked agent
-    fields = [field.attname for field in Delegation._meta.concrete_fields]
-    for count in (1, 2, 3, 5, 6):  # 3, 5 and 6 pad to a power of two with a repeated key
-        pks = [link.pk for link in links[:count]]
-        compiled = selectors._chain_rows(pks)
-        orm = {row.pk: row for row in selectors.delegation_links(pks=pks)}
-
-        assert sorted(compiled) == sorted(orm) == sorted(pks)
-        for pk, row in compiled.items():
-            assert [getattr(row, name) for name in fields] == [getattr(orm[pk], name) for name in fields]
-            assert row.agent_revoked is orm[pk].agent_revoked
-    assert [selectors._chain_rows([link.pk])[link.pk].agent_revoked for link in links] == [
-        False, False, True, True, False, False]
+    for count in (1, 2, 3, 6):
+        chain = selectors.delegation_chain(delegation=links[count - 1])
+        assert [link.pk for link in chain] == [link.pk for link in links[:count]]
+        assert [link.agent_revoked for link in chain] == [False, False, True, True, False, False][:count]
+    assert [link.status for link in selectors.delegation_chain(delegation=links[5])] == [
+        "active", "active", "revoked", "revoked", "revoked", "revoked"]

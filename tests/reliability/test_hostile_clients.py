@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-from cryptography.hazmat.primitives import serialization
 from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
@@ -29,25 +28,21 @@ from django.utils import timezone
 import agp_client
 from agp_client import numbers
 from agp_project.canonical import content_hash
-from agp_project.signing import get_signer
-from auth_tokens.scopes import ALL_SCOPES
 from core.models import LedgerEvent
 from decision.models import CommerceSession, Decision
 from execution.models import ActionEnvelope, Operation, Payment, Receipt
-from registry.models import Capability, Skill, Task
 from registry.documents import delegation_link_payload
-from tests.agp_client.server import REPO, LiveServer, database_url
+from registry.models import Capability, Skill, Task
+from tests.agp_client.server import REPO
 from tests.auth_tokens.helpers import claims, sign
-from tests.conftest import AUTH_SECRET
 from tests.decision.factories import make_assessment, make_decision, make_task
 from tests.execution.factories import make_policy_set, make_world
 from tests.execution.receiver import receiver  # noqa: F401
-from tests.execution.worker import (  # noqa: F401
-    FAST_ENV, TERMINAL, test_broker, wait_for, worker_db, worker_factory)
+from tests.execution.worker import TERMINAL, test_broker, wait_for, worker_db, worker_factory  # noqa: F401
+from tests.reliability.hostile import TIME_LIMIT_MS, assert_envelope
 
 pytestmark = pytest.mark.postgres
 
-TIME_LIMIT_MS = 1000
 # Minutes of CPU and almost no memory, but only for an input that asks: it compiles (and so
 # registers) as quickly as any ruleset, and only the clock stops its evaluation.
 SPINNING = """package agp.spin
@@ -68,49 +63,6 @@ import rego.v1
 allow if count([x | some x in numbers.range(1, 50000000)]) > 0
 """
 READ_ONLY = ["agp.execution.read", "agp.decision.read", "agp.registry.read"]
-
-
-@pytest.fixture(scope="module")
-def stack(test_broker, django_db_setup, django_db_blocker, tmp_path_factory):  # noqa: F811
-    """gunicorn: one worker process with four threads (so a stalled thread would stall its
-    neighbours' process), authentication on, the test broker, the test signing key."""
-    signer = get_signer()
-    pem = signer.private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()).decode()
-    workdir = tmp_path_factory.mktemp("hostile")
-    with django_db_blocker.unblock():
-        db_url = database_url(workdir)
-    server = LiveServer.start(workdir, db_url=db_url, workers=1, threads=4, env={
-        "AGP_AUTH_SECRET": AUTH_SECRET, "AGP_BROKER_URL": test_broker.url, "AGP_CELERY_QUEUE": test_broker.queue,
-        "AGP_SIGNING_KEY": pem, "AGP_ISSUER": signer.issuer, "AGP_POLICY_TIMEOUT_MS": str(TIME_LIMIT_MS),
-        "AGP_POLICY_MEMORY_MB": "256", "AGP_ALLOW_PRIVATE_URLS": "1"})
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def as_client(worker_db, make_token, stack):  # noqa: F811
-    """``as_client(client_id, scopes)``: a requests session with that client's token."""
-    sessions = []
-
-    def _make(client_id: str = "hostile-admin", scopes=ALL_SCOPES) -> requests.Session:
-        session = requests.Session()
-        session.headers["Authorization"] = f"Bearer {make_token(scopes=list(scopes), client_id=client_id)}"
-        sessions.append(session)
-        return session
-
-    yield _make
-    for session in sessions:
-        session.close()
-
-
-def assert_envelope(response: requests.Response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "retryable", "details"}
-    assert body["error"]["code"] == code
-    return body["error"]
 
 
 # --- policy evaluation: time and memory limits --------------------------------------------------------
@@ -502,15 +454,19 @@ def _raw_request(url: str, request: bytes) -> bytes:
     return answer
 
 
-@pytest.mark.parametrize(("case", "status"), [("request-line", 414), ("header-size", 431), ("header-count", 431)])
+@pytest.mark.parametrize(("case", "status"), [("request-line", 414), ("header-size", 431), ("header-count", 431),
+                                              ("malformed-header", 400)])
 def test_gunicorns_own_limits_answer_before_the_service_with_its_html_and_close(stack, case, status):
-    """What a client sees past gunicorn.conf.py's limits: gunicorn's status, its plain HTML
-    page (not the JSON envelope: the request never reached the service) and Connection: close."""
+    """What a client sees past gunicorn.conf.py's limits, or with a request gunicorn cannot parse:
+    gunicorn's status, its plain HTML page (not the JSON envelope: the request never reached
+    the service) and Connection: close."""
     path, headers = "/agp/tasks", ""
     if case == "request-line":
         path = "/agp/tasks?cursor=" + "a" * 5000
     elif case == "header-size":
         headers = "X-Big: " + "b" * 9000 + "\r\n"
+    elif case == "malformed-header":
+        headers = "A header without its colon\r\n"
     else:
         headers = "".join(f"X-H{n}: v\r\n" for n in range(101))
     answer = _raw_request(stack.url, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n".encode())

@@ -1,0 +1,28 @@
+"""Writes of the Decision API: every state change with its ledger event, in one transaction.
+
+Each public service is keyword-only, raises ``agp_project.errors`` and returns the
+written row; one module per resource. Rules that are not in the spec or CONTRACT are explained in
+docs/decisions/decision-api.md.
+"""
+
+from .approvals import approval_create
+from .commerce_sessions import commerce_session_create
+from .contexts import context_create, evidence_bundle_create
+from .decisions import decision_create, decision_status_set
+from .escalations import escalation_create, escalation_status_set
+from .evaluations import policy_evaluation_create, policy_evaluation_input
+from .impact_assessments import impact_assessment_create
+
+__all__ = [
+    "approval_create",
+    "commerce_session_create",
+    "context_create",
+    "decision_create",
+    "decision_status_set",
+    "escalation_create",
+    "escalation_status_set",
+    "evidence_bundle_create",
+    "impact_assessment_create",
+    "policy_evaluation_create",
+    "policy_evaluation_input",
+]

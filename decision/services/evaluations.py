@@ -1,0 +1,126 @@
+"""Policy evaluations (CONTRACT C6, C12, C14): the Rego engine's verdict, with its shadows'."""
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from agp_project import errors
+from agp_project.canonical import action_document
+from agp_project.ids import new_id
+from agp_project.timeutil import iso
+from core import engine
+from core.ledger import ledger_append
+from registry.choices import PolicySetStatus
+from registry.models import PolicySet, Task
+from registry.selectors import freezes_matching
+from registry.services import refuse_frozen
+
+from ..models import PolicyEvaluation
+from .common import failed_check, hash_of, record_created_at, unique_id
+
+
+def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
+    warnings = []
+    if policy_set.status == PolicySetStatus.DEPRECATED:
+        warnings.append(f"Policy set {policy_set.policy_set_id!r} is deprecated.")
+    if policy_set.effective_from and policy_set.effective_from > now:
+        warnings.append(f"Policy set {policy_set.policy_set_id!r} is not effective until "
+                        f"{iso(policy_set.effective_from)}.")
+    if policy_set.expires_at and policy_set.expires_at <= now:
+        warnings.append(f"Policy set {policy_set.policy_set_id!r} expired at {iso(policy_set.expires_at)}.")
+    return warnings
+
+
+def policy_evaluation_input(*, input: dict[str, Any], action: dict[str, Any] | None) -> dict[str, Any]:
+    """The Rego ``input``: the client's input with ``input.action`` set to the action evaluated."""
+    return {**input, "action": action} if action is not None else input
+
+
+def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,
+                             input: dict[str, Any], action: dict[str, Any] | None = None,
+                             evaluation_id: str | None = None, created_at: datetime | None = None) -> PolicyEvaluation:
+    """Evaluate the policy set's Rego ruleset for ``input`` and ``action``, and record the result.
+
+    ``action`` (``{"tool_id", "operation", "parameters"}``) is what the evaluation may later
+    clear: an envelope cites it only for exactly that action (CONTRACT C12); the ruleset
+    reads it as ``input.action``. An evaluation without one clears no envelope.
+
+    A revoked set is refused (422); a deprecated, expired or not yet effective one is
+    evaluated with a warning. The engine never raises: a ruleset that fails to compile or
+    to evaluate is recorded as ``allow: false`` with the error among the reasons. An
+    active freeze of the agent or of the task's root principal refuses it (409
+    ``AGP_FROZEN``, C13); whether one exists is read with the task, in the same query.
+
+    The set is read once, before the engine runs. A revocation that commits while the
+    evaluation runs may be ordered before it in the ledger; the evaluation still clears
+    nothing, since check 5 of an envelope refuses an evaluation whose set is revoked.
+    """
+    evaluation_id = evaluation_id or new_id("pev")
+    if action is not None:
+        if "action" in input:
+            raise errors.invalid_fields({"input": [
+                "input.action is set by the service from the request's action: send one or the other."]})
+        action = action_document(**action)
+    # The set and its active shadows (C14) in one query.
+    sets = list(PolicySet.objects.filter(Q(policy_set_id=policy_set_id)
+                                         | Q(shadow_of_id=policy_set_id, status=PolicySetStatus.ACTIVE))
+                .order_by("policy_set_id"))
+    policy_set = next((candidate for candidate in sets if candidate.policy_set_id == policy_set_id), None)
+    missing = {}
+    if policy_set is None:
+        missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
+    task = (Task.objects.filter(task_id=task_id)
+            .annotate(frozen=Exists(freezes_matching(agent_id=agent_id, root_principal=OuterRef("root_principal"))))
+            .values("root_principal", "frozen").first())
+    if task is None:
+        missing["task_id"] = [f"No task with id {task_id!r}."]
+    if missing:
+        raise errors.invalid_fields(missing)
+    if task["frozen"]:
+        refuse_frozen(acting="a policy evaluation", agent_id=agent_id, root_principal=task["root_principal"])
+    if policy_set.status == PolicySetStatus.REVOKED:
+        raise errors.PrerequisiteFailed(
+            f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
+            details={"failed_checks": [failed_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})
+    input_hash = hash_of(input, "input")
+    evaluated_action_hash = hash_of(action, "action") if action is not None else ""
+    now = timezone.now()
+    outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash,
+                              input=policy_evaluation_input(input=input, action=action))
+    result = outcome.as_result()
+    shadow_results = _shadows_evaluate([s for s in sets if s is not policy_set],
+                                       input=policy_evaluation_input(input=input, action=action), allow=outcome.allow)
+    payload = {"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
+               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash,
+               "action_hash": evaluated_action_hash or None, "result": result, "engine": outcome.engine}
+    if shadow_results:
+        payload["shadow_results"] = shadow_results
+    with unique_id("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic():
+        evaluation = PolicyEvaluation.objects.create(
+            evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
+            input_hash=input_hash, action=action, action_hash=evaluated_action_hash,
+            ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
+            require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
+            shadow_results=shadow_results, evaluated_at=now, created_at=record_created_at(created_at, now))
+        ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
+                      resource_id=evaluation_id, actor=actor, payload=payload)
+    return evaluation
+
+
+def _shadows_evaluate(shadows: Sequence[PolicySet], *, input: dict[str, Any],
+                      allow: bool) -> dict[str, dict[str, bool]]:
+    """Each active shadow's verdict on the same input, and whether it agrees (C14).
+
+    Through the same engine call, so the evaluation limits hold for each; a shadow that
+    fails to evaluate records ``allow: false``, as any evaluation would. Nothing here can
+    change the evaluation's own result.
+    """
+    results = {}
+    for shadow in shadows:
+        shadow_allow = engine.evaluate(ruleset=shadow.ruleset, ruleset_hash=shadow.ruleset_hash, input=input).allow
+        results[shadow.policy_set_id] = {"allow": shadow_allow, "matches": shadow_allow == allow}
+    return results

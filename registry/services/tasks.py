@@ -1,0 +1,58 @@
+"""Tasks (CONTRACT C7): the registry resource an agent's work hangs on (not Celery tasks)."""
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+from django_fsm import ConcurrentTransition, can_proceed
+
+from agp_project import errors
+from agp_project.ids import new_id
+from core.ledger import ledger_append
+
+from ..choices import TaskStatus
+from ..models import Task
+from .common import insert_new, record_timestamp
+
+
+def task_create(*, actor: str, root_principal: str, agent_id: str, risk_level: str, action_class: str,
+                title: str = "",
+                status: str = TaskStatus.OPEN, task_id: str | None = None,
+                created_at: datetime | None = None) -> Task:
+    """Record a task an agent performs for a root principal (CONTRACT C7)."""
+    now = timezone.now()
+    task = Task(task_id=task_id or new_id("tsk"), root_principal=root_principal, agent_id=agent_id, title=title,
+                risk_level=risk_level, action_class=action_class, status=status,
+                created_at=record_timestamp(created_at, field="created_at", now=now))
+    with transaction.atomic():
+        insert_new(task, id_field="task_id", type_name="task")
+        ledger_append(event_type="task.created", resource_type="Task", resource_id=task.task_id, actor=actor,
+                      payload={"root_principal": root_principal, "agent_id": agent_id, "risk_level": risk_level,
+                               "action_class": action_class, "status": status})
+    return task
+
+
+def task_transition(*, actor: str, task_id: str, status: str) -> Task:
+    """Close a task (``open`` -> ``closed``, ledger ``task.closed``); check 1 then refuses it.
+
+    Any other move, including to the current state, is 409 ``AGP_INVALID_TRANSITION``;
+    an unknown id is 404.
+    """
+    with transaction.atomic():
+        # The row lock queues concurrent PATCHes: the second reads the committed state.
+        task = Task.objects.select_for_update().filter(task_id=task_id).first()
+        if task is None:
+            raise errors.NotFound(f"No task with id {task_id!r}.")
+        source = task.status
+        if status != TaskStatus.CLOSED or not can_proceed(task.close):
+            raise errors.InvalidTransition(
+                from_state=source, to_state=status,
+                allowed=sorted(str(t.target) for t in task.get_available_status_transitions()))
+        task.close()
+        try:
+            task.save(update_fields=["status"])
+        except ConcurrentTransition:
+            raise errors.InvalidTransition(from_state=source, to_state=status, allowed=[]) from None
+        ledger_append(event_type="task.closed", resource_type="Task", resource_id=task.task_id, actor=actor,
+                      payload={"from": source, "to": status})
+    return task
