@@ -238,7 +238,7 @@ def test_it_re_evaluates_each_evaluation_with_the_action_it_was_made_for(api):
     small = evaluate_through_the_api(api, world, baseline, "refund", {"amount": Decimal("99.99"), "currency": "USD"})
     large = evaluate_through_the_api(api, world, baseline, "refund", {"amount": 500, "currency": "USD"})
     other = evaluate_through_the_api(api, world, baseline, "delete", {"amount": 5})
-    # An exact amount (issue 20's numbers): stored, read back and handed to the engine as sent.
+    # An exact amount: stored, read back and handed to the engine as sent.
     exact = evaluate_through_the_api(api, world, baseline, "refund", {"amount": Decimal("100.01"), "currency": "USD"})
     assert exact["action"]["parameters"]["amount"] == 100.01
     candidate = make_policy_set(ruleset=ACTION_CANDIDATE)

@@ -153,7 +153,7 @@ def test_an_evaluation_made_for_exactly_the_envelope_s_action_clears_it(api):
     assert all(item["passed"] for item in envelope.checks)
 
 
-# --- the e-mail example of issue 19 -----------------------------------------------------------------------
+# --- the e-mail example ---------------------------------------------------------------------------------
 def test_an_evaluation_for_an_internal_recipient_does_not_send_to_an_external_one_but_its_twin_runs(
         api, settings, receiver):
     settings.AGP_ALLOW_PRIVATE_URLS = True  # the mail tool listens on 127.0.0.1
@@ -202,7 +202,7 @@ def test_an_evaluation_for_an_internal_recipient_does_not_send_to_an_external_on
         to_alice["evaluation_id"], to_alice["action_hash"])
 
 
-# --- the amount example of issue 19 -----------------------------------------------------------------------
+# --- the amount example ---------------------------------------------------------------------------------
 def test_an_evaluation_of_amount_ten_does_not_clear_a_transact_of_five_thousand(api):
     world = make_world(action_class="transact", tool_id="payments", operation="pay",
                        allowed_parameter_ranges={"amount": {"min": 0, "max": 10000}, "currency": {"enum": ["USD"]}},
@@ -237,7 +237,7 @@ def test_an_evaluation_of_amount_ten_does_not_clear_a_transact_of_five_thousand(
 
 # --- checks 1, 4, 5: the envelope's agent is the agent of everything it cites -----------------------------
 def test_an_agent_citing_another_agent_s_task_decision_and_approval_fails_every_check_that_names_them(api):
-    """Issue 19's second attack: agent B, delegated by the same principal, acts on agent A's
+    """The cross-agent attack: agent B, delegated by the same principal, acts on agent A's
     critical task citing A's finalised decision, A's evaluation, and so A's impact assessment
     and the human approval granted on A's decision."""
     a = make_full_world()

@@ -1,5 +1,5 @@
 """The binding of CONTRACT C12 with a real Celery worker (PostgreSQL and Redis, not eager mode):
-the allowed twin of issue 19's e-mail example is executed by the worker, and a record that
+the allowed twin of the e-mail example is executed by the worker, and a record that
 changed between acceptance and execution makes the worker's re-check refuse the operation
 before the tool is called."""
 
