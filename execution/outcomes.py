@@ -62,13 +62,17 @@ def operation_locked(operation_id: str) -> Operation | None:
 
 def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], started_at: datetime,
                   completed_at: datetime, executor: str, receipt_id: str | None = None,
-                  posted_by: str = WORKER_ACTOR) -> Receipt:
-    """Create the operation's signed receipt (in the caller's transaction)."""
+                  posted_by: str = WORKER_ACTOR, governance: dict[str, Any] | None = None) -> Receipt:
+    """Create the operation's signed receipt (in the caller's transaction).
+
+    ``governance``: its why-record, when the caller has it (``receipt_governance``); read otherwise.
+    """
     receipt = Receipt(receipt_id=receipt_id or new_id("rcpt"), operation_id=operation.operation_id,
                       action_id=operation.envelope_id, status=status, result=result,
                       result_hash=content_hash(result), started_at=started_at, completed_at=completed_at,
                       executor=executor, posted_by=posted_by,
-                      governance=receipt_governance(envelope=operation.envelope), created_at=completed_at)
+                      governance=governance or receipt_governance(envelope=operation.envelope),
+                      created_at=completed_at)
     # Sign exactly what the API shows (the representation without its signature).
     receipt.signature = sign_resource(receipt_document(receipt))
     if receipt_id is None:  # a fresh id cannot collide: no savepoint needed
@@ -88,8 +92,10 @@ def receipt_issue(*, operation: Operation, status: str, result: dict[str, Any], 
 def outcome_record(*, operation: Operation, status: str, result: dict[str, Any], executor: str,
                     error: dict[str, Any] | None, actor: str, receipt_id: str | None = None,
                     started_at: datetime | None = None, completed_at: datetime | None = None,
-                    posted_by: str = WORKER_ACTOR) -> Receipt:
-    """Write a running operation's outcome, in the caller's transaction, on the locked row."""
+                    posted_by: str = WORKER_ACTOR, governance: dict[str, Any] | None = None) -> Receipt:
+    """Write a running operation's outcome, in the caller's transaction, on the locked row.
+
+    ``governance``: the receipt's why-record, when the caller built it (``receipt_issue``)."""
     now = timezone.now()
     succeeded = status == ReceiptStatus.SUCCEEDED
     envelope = operation.envelope
@@ -113,7 +119,7 @@ def outcome_record(*, operation: Operation, status: str, result: dict[str, Any],
     receipt = receipt_issue(operation=operation, status=status, result=result,
                             started_at=started_at or operation.started_at or now,
                             completed_at=completed_at or now, executor=executor, receipt_id=receipt_id,
-                            posted_by=posted_by)
+                            posted_by=posted_by, governance=governance)
     ledger_append(event_type=f"operation.{operation.status}", resource_type=OPERATION_RESOURCE,
                   resource_id=operation.operation_id, actor=actor,
                   payload={**action_trail(envelope), "receipt_id": receipt.receipt_id,

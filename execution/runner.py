@@ -60,7 +60,7 @@ from .outcomes import (
     operation_locked,
     outcome_record,
 )
-from .selectors import action_trail
+from .selectors import action_trail, receipt_governance
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ class Claim:
     fence: int
     connector: str
     call: Call
+    governance: dict[str, Any]  # the receipt's why-record, from the re-check's records
 
 
 def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, failed_checks: list[dict],
@@ -182,7 +183,7 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
                 envelope=envelope_document(envelope) if connector == "http" else {},
                 operation=envelope.operation, tool_pins=report.skill_tool_pins)
     return Claim(operation_id=operation_id, action_id=envelope.action_id, fence=operation.attempts,
-                 connector=connector, call=call)
+                 connector=connector, call=call, governance=receipt_governance(envelope=envelope, report=report))
 
 
 def operation_claim(*, operation_id: str, executor: str) -> Claim | str:
@@ -231,10 +232,12 @@ def lease_kept(*, operation_id: str, fence: int):
 def operation_finish(*, operation_id: str, fence: int | None, status: str, result: dict[str, Any],
                      executor: str, error: dict[str, Any] | None = None, actor: str = WORKER_ACTOR,
                      receipt_id: str | None = None, started_at: datetime | None = None,
-                     completed_at: datetime | None = None, posted_by: str = WORKER_ACTOR) -> Receipt | None:
+                     completed_at: datetime | None = None, posted_by: str = WORKER_ACTOR,
+                     governance: dict[str, Any] | None = None) -> Receipt | None:
     """Record the outcome of a running operation, all in one transaction.
 
     ``fence``: the claim's token; None for an ``external`` completion (no claim involved).
+    ``governance``: the receipt's why-record as the claim built it; read here when None.
     Returns None when the claim was superseded (nothing is written).
     """
     with transaction.atomic(), ledger_batch():
@@ -245,7 +248,7 @@ def operation_finish(*, operation_id: str, fence: int | None, status: str, resul
             return None
         return outcome_record(operation=operation, status=status, result=result, executor=executor, error=error,
                                actor=actor, receipt_id=receipt_id, started_at=started_at, completed_at=completed_at,
-                               posted_by=posted_by)
+                               posted_by=posted_by, governance=governance)
 
 
 def _connector_run(connector, claim: Claim) -> tuple[ReceiptStatus, dict[str, Any], dict[str, Any] | None]:
@@ -287,7 +290,7 @@ def operation_execute(*, operation_id: str, executor: str) -> str:
         if connector.completes and connector.runs_in_claim(claim.call):
             status, result, error = _connector_run(connector, claim)
             outcome_record(operation=operation, status=status, result=result, error=error, executor=executor,
-                            actor=WORKER_ACTOR)
+                            actor=WORKER_ACTOR, governance=claim.governance)
             transaction.on_commit(lambda: _log_outcome(claim, status.value))
             return status.value
         operation.save()
@@ -297,7 +300,7 @@ def operation_execute(*, operation_id: str, executor: str) -> str:
     with lease_kept(operation_id=operation_id, fence=claim.fence):
         status, result, error = _connector_run(connector, claim)
     receipt = operation_finish(operation_id=operation_id, fence=claim.fence, status=status, result=result,
-                               error=error, executor=executor)
+                               error=error, executor=executor, governance=claim.governance)
     if receipt is None:
         return "superseded"
     _log_outcome(claim, status.value)

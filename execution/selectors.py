@@ -8,6 +8,7 @@ from decision.models import PolicyEvaluation
 from decision.selectors import impact_assessment_standing
 from registry.models import Delegation
 
+from .checks.report import CheckReport
 from .models import ActionEnvelope
 
 
@@ -17,16 +18,31 @@ def action_trail(envelope: ActionEnvelope) -> dict[str, str]:
     return {"task_id": envelope.task_id, "action_id": envelope.action_id}
 
 
-def receipt_governance(*, envelope: ActionEnvelope) -> dict[str, Any]:
+def receipt_governance(*, envelope: ActionEnvelope, report: CheckReport | None = None) -> dict[str, Any]:
     """The why-record a receipt carries (CONTRACT C12): which decision, evaluation, policy,
     approvals, assessment, delegation chain (root first), commerce session and payment
-    cleared this action, as recorded when it was accepted. Four queries."""
-    evaluation = (PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref)
-                  .values("evaluation_id", "policy_set_id", "ruleset_hash", "action_hash").first() or {})
-    assessment = impact_assessment_standing(task=envelope.task_id, decision=envelope.decision_ref)
-    delegation = Delegation.objects.filter(delegation_id=envelope.delegation_ref).only("path").first()
-    links = (Delegation.objects.filter(pk__in=delegation.chain_pks).order_by("depth")
-             if delegation is not None else [])
+    cleared this action, as recorded when it was accepted.
+
+    ``report``: the execution-time re-check that just passed; the records it read are not
+    read again (its chain only when it is the delegation recorded at acceptance). Without
+    it, up to four queries.
+    """
+    if report is not None and report.evaluation_record is not None:
+        evaluation = report.evaluation_record
+    else:
+        evaluation = (PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref)
+                      .values("evaluation_id", "policy_set_id", "ruleset_hash", "action_hash").first() or {})
+    if report is not None and report.assessment_read:
+        assessment_id = report.assessment_id
+    else:
+        assessment = impact_assessment_standing(task=envelope.task_id, decision=envelope.decision_ref)
+        assessment_id = assessment.assessment_id if assessment is not None else None
+    if report is not None and report.chain and report.delegation_ref == envelope.delegation_ref:
+        links = report.chain
+    else:
+        delegation = Delegation.objects.filter(delegation_id=envelope.delegation_ref).only("path").first()
+        links = (Delegation.objects.filter(pk__in=delegation.chain_pks).order_by("depth")
+                 if delegation is not None else [])
     return {
         "decision_id": envelope.decision_ref,
         "evaluation_id": evaluation.get("evaluation_id", envelope.policy_decision_ref),
@@ -34,7 +50,7 @@ def receipt_governance(*, envelope: ActionEnvelope) -> dict[str, Any]:
         "ruleset_hash": evaluation.get("ruleset_hash"),
         "action_hash": evaluation.get("action_hash") or None,
         "approvals": [envelope.approval_ref] if envelope.approval_ref else [],
-        "assessment_id": assessment.assessment_id if assessment is not None else None,
+        "assessment_id": assessment_id,
         "delegation_path": [{"delegation_id": link.delegation_id, "delegator_agent": link.delegator_agent,
                              "delegate_agent": link.delegate_agent, "spend_limit": plain_json(link.spend_limit),
                              "max_hops_remaining": link.max_hops_remaining} for link in links],

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from decision.selectors import impact_assessment_required
 from registry.selectors import freeze_summaries
 
 from .report import CHECK_NAMES, CheckReport, EnvelopeInputs, Outcome
@@ -69,10 +70,19 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     if found.delegation is not None:
         report.delegation_ref = found.delegation.delegation_id
         report.chain_delegation_pks = [link.pk for link in found.chain]
+        report.chain = found.chain
         paths = [link.path for link in found.chain]
         if spending is not None and paths != state.spending_paths:
             # The usable chain is not the first candidate's, whose spending was read.
             spending = spending_of_chain(paths=paths)
+    if state.evaluation is not None:
+        report.evaluation_record = {"evaluation_id": state.evaluation.evaluation_id,
+                                    "policy_set_id": state.evaluation.policy_set_id,
+                                    "ruleset_hash": state.evaluation.ruleset_hash,
+                                    "action_hash": state.evaluation.action_hash}
+    if task is not None and impact_assessment_required(task=task):
+        report.assessment_read = True
+        report.assessment_id = state.assessment.assessment_id if state.assessment is not None else None
     if state.capability is not None:
         report.allowed_parameter_ranges = state.capability.allowed_parameter_ranges or {}
     if state.skill is not None:

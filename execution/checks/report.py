@@ -108,6 +108,13 @@ class CheckReport:
     skill_tool_pins: list[dict[str, str]] = field(default_factory=list)
     skill_executor_client_id: str = ""
     chain_delegation_pks: list[int] = field(default_factory=list)
+    # What the checks read that a receipt's why-record names (``execution.selectors.receipt_governance``):
+    # the usable chain's links (root first), the evaluation's policy set, ruleset and action hashes,
+    # and the standing impact assessment when rule 5 had it read (``assessment_read``).
+    chain: tuple[Any, ...] = ()
+    evaluation_record: dict[str, Any] | None = None
+    assessment_read: bool = False
+    assessment_id: str | None = None
     # The active freezes that fail check 11, as ``details.freezes`` names them.
     freezes: list[dict[str, Any]] = field(default_factory=list)
     # A submission whose action_id names an envelope already accepted: no check ran.

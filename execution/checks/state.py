@@ -1,25 +1,28 @@
-"""Everything an envelope's checks read, loaded in a fixed number of ORM queries.
+"""Everything an envelope's checks read, loaded in a fixed number of plain ORM queries.
 
 ``envelope_state_load`` is the only place the checks touch the database; the rules
 (``execution.checks.rules``) are pure functions of what it returns. The queries, pinned by
-tests/execution/test_checks.py:
+tests/execution/test_checks.py, each a filter on one table by a unique key or an indexed
+column, with a limit:
 
-- the task (with whether an active freeze of the agent, its root principal or the tool
-  exists), the capability (with whether it or its agent is revoked), the agent's skill
-  for the tool, the decision, the policy evaluation with its set, the newest approval
-  standing for the decision, the escalations that block, and at submission whether an
-  envelope with this ``action_id`` was already accepted;
-- the matching freezes themselves, in one query, only when one exists (or when there is
-  no task to ask): an envelope that nothing freezes pays nothing for the check;
+- at submission, whether an envelope with this ``action_id`` was already accepted (when
+  one was, nothing else is read);
+- the task, the capability, the agent's newest active skills for the tool, the decision,
+  the policy evaluation with its set, the decision's newest approvals and rejections, the
+  escalations that block, and the active freezes of the agent, the task's root principal,
+  the tool or ``all``;
 - the standing impact assessment (a ``do_not_proceed`` one if any, else the newest), when
   rule 5 asks for one;
 - the agent's delegation candidates for the task's root principal, then every link of
-  their chains in one query;
-- for ``transact``: the commerce session, the liability binding, the spending under each
-  link of the chain, and at execution the envelope's own payment.
+  their chains;
+- for ``transact``: the commerce session, the agent's newest active liability bindings,
+  the spending under each link of the chain, and at execution the envelope's own payment;
+- last, the revocations of any of those records or of their agents, in one query: the
+  records whose status a cascade did not change (an agent revoked after a skill or a
+  link was granted it) are revoked all the same.
 
-Every lookup is by a unique key or an indexed filter with a limit, so the count does not
-grow with the tables.
+Plain filters rather than subqueries and annotations: building and compiling a query
+is most of what a check costs in Django, and these are the cheapest ones to build.
 """
 
 from dataclasses import dataclass, field
@@ -27,12 +30,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Value, When
+from django.db.models import Case, F, IntegerField, Q, Value, When
 
+from decision.choices import ApprovalVerdict
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from decision.selectors import (
     MONEY,
-    approvals_standing,
     commerce_spending_under,
     escalations_blocking,
     impact_assessment_required,
@@ -40,7 +43,7 @@ from decision.selectors import (
 )
 from registry.choices import ActionClass, ActiveStatus, RevocationTarget
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Revocation, Skill, Task, path_pks
-from registry.selectors import delegation_links, freezes_matching
+from registry.selectors import freezes_matching
 
 from ..models import ActionEnvelope, Payment
 from .report import EnvelopeInputs
@@ -48,6 +51,13 @@ from .report import EnvelopeInputs
 # Candidates examined for check 2; an agent with more active delegations under one root
 # principal than this, all broken but an older one, is refused (fail closed).
 MAX_DELEGATION_CANDIDATES = 20
+# The newest active skills (and liability bindings) examined for the first one not revoked:
+# an agent with more than this many revoked ones still marked active is refused (fail closed).
+MAX_CANDIDATES = 20
+# The decision's newest approvals and rejections examined for check 7. More rejections than
+# this recorded after its newest approval: the approval is not found, and the check fails
+# when approval is required, as it would for the withdrawn approval.
+MAX_APPROVALS = 20
 # Blocking escalations named in check 8's reason.
 MAX_ESCALATIONS = 5
 # Matching freezes named in check 11's reason.
@@ -59,15 +69,16 @@ class EnvelopeState:
     """The records an envelope cites or needs, as found now (None: not found)."""
 
     task: Task | None
-    capability: Capability | None  # annotated: revoked_record, agent_revoked
+    capability: Capability | None  # with revoked_record, agent_revoked
     skill: Skill | None
     decision: Decision | None
     evaluation: PolicyEvaluation | None  # with its policy_set
-    approval: Approval | None  # annotated: rejected_later
+    approval: Approval | None  # with rejected_later
     escalations: list[Escalation]
     freezes: list[Freeze] = field(default_factory=list)  # active, matching (C13)
     assessment: ImpactAssessment | None = None
-    # The agent's delegation candidates (newest first) and every link of their chains by pk.
+    # The agent's delegation candidates (newest first) and every link of their chains by pk
+    # (each with agent_revoked).
     candidates: list[Delegation] = field(default_factory=list)
     links: dict[int, Delegation] = field(default_factory=dict)
     # transact only
@@ -83,10 +94,6 @@ def _unexpired(now: datetime) -> Q:
     return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
 
 
-def _revoked(target_type: str, ref: Any) -> Exists:
-    return Exists(Revocation.objects.filter(target_type=target_type, target_id=ref))
-
-
 def _is_currency(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 3
 
@@ -97,9 +104,24 @@ def chain_paths(path: str) -> list[str]:
     return ["".join(segments[:depth + 1]) for depth in range(len(segments))]
 
 
+def standing_approval(approvals: list[Approval]) -> Approval | None:
+    """The newest approval among ``approvals`` (newest first: the decision's approved,
+    unexpired approvals and its rejections), with ``rejected_later``: whether a rejection
+    was recorded after it. Server order (primary key), never the client-settable
+    ``created_at``: a backdated rejection still withdraws the approval before it."""
+    rejected_later = False
+    for row in approvals:
+        if row.verdict == ApprovalVerdict.REJECTED:
+            rejected_later = True
+            continue
+        row.rejected_later = rejected_later
+        return row
+    return None
+
+
 def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str | None = None,
                         new: bool = False, amount: Decimal | None = None) -> EnvelopeState:
-    """The state the ten checks judge ``inputs`` against, at ``now``.
+    """The state the eleven checks judge ``inputs`` against, at ``now``.
 
     ``held_on``: the commerce session the envelope already holds a reservation on (the
     re-check at execution, replay): that session is read, with the envelope's payment.
@@ -109,37 +131,66 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     if new and ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
         return EnvelopeState(task=None, capability=None, skill=None, decision=None, evaluation=None,
                              approval=None, escalations=[], already_accepted=True)
-    task = (Task.objects.filter(task_id=inputs.task_id)
-            .annotate(frozen=Exists(freezes_matching(agent_id=inputs.agent_id, root_principal=OuterRef("root_principal"),
-                                                     tool_id=inputs.tool_id)))
-            .first())
+    task = Task.objects.filter(task_id=inputs.task_id).first()
+    skills = list(Skill.objects.filter(agent_id=inputs.agent_id, tool_id=inputs.tool_id, status=ActiveStatus.ACTIVE)
+                  .order_by("-created_at", "-pk")[:MAX_CANDIDATES])
+    approvals = list(Approval.objects.filter(
+        Q(verdict=ApprovalVerdict.REJECTED) | Q(_unexpired(now), verdict=ApprovalVerdict.APPROVED),
+        decision_id=inputs.decision_ref).order_by("-pk")[:MAX_APPROVALS])
     state = EnvelopeState(
         task=task,
-        capability=(Capability.objects.filter(capability_id=inputs.capability_token_ref)
-                    .annotate(revoked_record=_revoked(RevocationTarget.CAPABILITY, OuterRef("capability_id")),
-                              agent_revoked=_revoked(RevocationTarget.AGENT, OuterRef("agent_id"))).first()),
-        skill=(Skill.objects.filter(agent_id=inputs.agent_id, tool_id=inputs.tool_id, status=ActiveStatus.ACTIVE)
-               .exclude(_revoked(RevocationTarget.SKILL, OuterRef("skill_id")))
-               .exclude(_revoked(RevocationTarget.AGENT, OuterRef("agent_id")))
-               .order_by("-created_at", "-pk").first()),
+        capability=Capability.objects.filter(capability_id=inputs.capability_token_ref).first(),
+        skill=None,
         decision=Decision.objects.filter(decision_id=inputs.decision_ref).first(),
         evaluation=(PolicyEvaluation.objects.select_related("policy_set")
                     .filter(evaluation_id=inputs.policy_decision_ref).first()),
-        approval=approvals_standing(decision=inputs.decision_ref, now=now).first(),
+        approval=standing_approval(approvals),
         escalations=list(escalations_blocking(task_id=inputs.task_id, decision_id=inputs.decision_ref,
                                               action_id=inputs.action_id)[:MAX_ESCALATIONS]),
+        freezes=list(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
+                                      root_principal=task.root_principal if task else None)[:MAX_FREEZES]),
     )
-    if task is None or task.frozen:
-        state.freezes = list(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
-                                              root_principal=task.root_principal if task else None)[:MAX_FREEZES])
-    if task is None:
-        return state
-    if impact_assessment_required(task=task):
-        state.assessment = impact_assessment_standing(task=task, decision=inputs.decision_ref)
-    _load_delegations(state, inputs=inputs, now=now)
-    if task.action_class == ActionClass.TRANSACT:
-        _load_commerce(state, inputs=inputs, now=now, held_on=held_on, amount=amount)
+    bindings: list[LiabilityBinding] = []
+    if task is not None:
+        if impact_assessment_required(task=task):
+            state.assessment = impact_assessment_standing(task=task, decision=inputs.decision_ref)
+        _load_delegations(state, inputs=inputs, now=now)
+        if task.action_class == ActionClass.TRANSACT:
+            bindings = _load_commerce(state, inputs=inputs, now=now, held_on=held_on, amount=amount)
+    _apply_revocations(state, inputs=inputs, skills=skills, bindings=bindings)
     return state
+
+
+def _apply_revocations(state: EnvelopeState, *, inputs: EnvelopeInputs, skills: list[Skill],
+                       bindings: list[LiabilityBinding]) -> None:
+    """Read the revocations of every record loaded and of their agents (one query), then mark
+    the capability and the links, and pick the newest skill and binding not revoked."""
+    targets = {(RevocationTarget.AGENT, inputs.agent_id)}
+    capability = state.capability
+    if capability is not None:
+        targets |= {(RevocationTarget.CAPABILITY, capability.capability_id),
+                    (RevocationTarget.AGENT, capability.agent_id)}
+    for link in state.links.values():
+        targets |= {(RevocationTarget.AGENT, link.delegator_agent), (RevocationTarget.AGENT, link.delegate_agent)}
+    targets |= {(RevocationTarget.SKILL, skill.skill_id) for skill in skills}
+    targets |= {(RevocationTarget.LIABILITY_BINDING, binding.binding_id) for binding in bindings}
+    revoked = {row for row in Revocation.objects.filter(
+        target_type__in={kind for kind, _ in targets}, target_id__in={ref for _, ref in targets},
+    ).values_list("target_type", "target_id") if row in targets}
+
+    def agent_revoked(agent_id: str) -> bool:
+        return (RevocationTarget.AGENT, agent_id) in revoked
+
+    if capability is not None:
+        capability.revoked_record = (RevocationTarget.CAPABILITY, capability.capability_id) in revoked
+        capability.agent_revoked = agent_revoked(capability.agent_id)
+    for link in state.links.values():
+        link.agent_revoked = agent_revoked(link.delegator_agent) or agent_revoked(link.delegate_agent)
+    if not agent_revoked(inputs.agent_id):
+        state.skill = next((skill for skill in skills if (RevocationTarget.SKILL, skill.skill_id) not in revoked),
+                           None)
+    state.binding = next((binding for binding in bindings
+                          if (RevocationTarget.LIABILITY_BINDING, binding.binding_id) not in revoked), None)
 
 
 def _load_delegations(state: EnvelopeState, *, inputs: EnvelopeInputs, now: datetime) -> None:
@@ -148,22 +199,23 @@ def _load_delegations(state: EnvelopeState, *, inputs: EnvelopeInputs, now: date
     the one the capability was issued under first. Then every link of their chains."""
     issued_under = state.capability.delegation_id if state.capability is not None else None
     state.candidates = list(
-        Delegation.objects.filter(delegate_agent=inputs.agent_id, root_principal=state.task.root_principal,
-                                  status=ActiveStatus.ACTIVE)
-        .filter(_unexpired(now))
+        Delegation.objects.filter(_unexpired(now), delegate_agent=inputs.agent_id,
+                                  root_principal=state.task.root_principal, status=ActiveStatus.ACTIVE)
         .annotate(preferred=Case(When(delegation_id=issued_under, then=Value(0)), default=Value(1),
                                  output_field=IntegerField()))
         .order_by("preferred", "-pk").only("pk", "delegation_id", "path", "authority_scope")
         [:MAX_DELEGATION_CANDIDATES])
     pks = {pk for candidate in state.candidates for pk in path_pks(candidate.path)}
-    state.links = {link.pk: link for link in delegation_links(pks=pks)} if pks else {}
+    state.links = {link.pk: link for link in Delegation.objects.filter(pk__in=pks)} if pks else {}
 
 
 def _load_commerce(state: EnvelopeState, *, inputs: EnvelopeInputs, now: datetime, held_on: str | None,
-                   amount: Decimal | None) -> None:
+                   amount: Decimal | None) -> list[LiabilityBinding]:
     """Check 9's records: the session (pinned when the envelope holds a reservation, else the
     open, unexpired one for the task and agent that fits best: currency, then room), the
-    agent's liability binding, its payment, and the spending under the first candidate's chain."""
+    envelope's payment, and the spending under the first candidate's chain. Returns the
+    agent's newest active, unexpired liability bindings for the root principal, from which
+    ``_apply_revocations`` picks the binding."""
     sessions = CommerceSession.objects.select_related("delegation").filter(
         task_id=inputs.task_id, agent_id=inputs.agent_id)
     if held_on:
@@ -173,21 +225,19 @@ def _load_commerce(state: EnvelopeState, *, inputs: EnvelopeInputs, now: datetim
         currency = inputs.parameters.get("currency")
         room = Value(amount or Decimal("0"), output_field=MONEY)
         state.session = (
-            sessions.filter(status="open").filter(_unexpired(now))
+            sessions.filter(_unexpired(now), status="open")
             .annotate(currency_rank=Case(When(currency=currency if _is_currency(currency) else "", then=Value(0)),
                                          default=Value(1), output_field=IntegerField()),
                       room_rank=Case(When(amount_limit__gte=F("spent_amount") + F("reserved_amount") + room,
                                           then=Value(0)), default=Value(1), output_field=IntegerField()))
             .order_by("currency_rank", "room_rank", "created_at", "pk").first())
-    state.binding = (
-        LiabilityBinding.objects.filter(agent_id=inputs.agent_id, root_principal=state.task.root_principal,
-                                        status=ActiveStatus.ACTIVE)
-        .filter(_unexpired(now))
-        .exclude(_revoked(RevocationTarget.LIABILITY_BINDING, OuterRef("binding_id")))
-        .order_by("-created_at", "-pk").first())
     if state.candidates:
         state.spending_paths = chain_paths(state.candidates[0].path)
         state.spending = commerce_spending_under(paths=state.spending_paths)
+    return list(LiabilityBinding.objects.filter(_unexpired(now), agent_id=inputs.agent_id,
+                                                root_principal=state.task.root_principal,
+                                                status=ActiveStatus.ACTIVE)
+                .order_by("-created_at", "-pk")[:MAX_CANDIDATES])
 
 
 def spending_of_chain(*, paths: list[str]) -> list[Decimal]:

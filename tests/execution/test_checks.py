@@ -21,9 +21,10 @@ from tests.execution.factories import CONTRACT_CHECKS, make_full_world, make_noi
 pytestmark = pytest.mark.django_db
 
 URL = "/agp/action-envelopes"
-# task, capability, skill, decision, evaluation, approval, escalations, delegation candidates, their links
-READ_QUERIES = 9
-# + the impact assessment (rule 5), the commerce session, the liability binding, the spending under the chain
+# task, skills, approvals, capability, decision, evaluation, escalations, freezes, delegation candidates,
+# their links, revocations
+READ_QUERIES = 11
+# + the impact assessment (rule 5), the commerce session, the spending under the chain, the liability bindings
 TRANSACT_QUERIES = READ_QUERIES + 4
 MAX_VALIDATE_QUERIES = 20
 
@@ -210,6 +211,52 @@ def test_it_fails_delegation_and_capability_when_the_agent_is_revoked():
     Revocation.objects.create(revocation_id="rev-agent", target_type="agent", target_id=world.agent_id,
                               revoked_at=now, created_at=now)
     assert _failed(envelope_checks(inputs=_inputs(world))) == ["delegation", "capability"]
+
+
+@pytest.mark.parametrize("target, failed", [
+    ("capability", ["capability"]),
+    ("skill", ["capability"]),
+    ("liability_binding", ["commerce"]),
+    ("orchestrator", ["delegation"]),
+])
+def test_a_revocation_record_stops_a_record_whose_status_still_says_active(target, failed):
+    world = make_full_world()
+    target_type, target_id = {
+        "capability": ("capability", world.capability.capability_id),
+        "skill": ("skill", world.skill.skill_id),
+        "liability_binding": ("liability_binding", world.binding.binding_id),
+        # An agent in the middle of the chain: its links still say active.
+        "orchestrator": ("agent", world.orchestrator_id),
+    }[target]
+    now = timezone.now()
+    Revocation.objects.create(revocation_id="rev-1", target_type=target_type, target_id=target_id,
+                              revoked_at=now, created_at=now)
+    report = envelope_checks(inputs=_inputs(world))
+    assert _failed(report) == failed
+
+
+def test_it_takes_the_newest_skill_not_revoked():
+    world = make_world()
+    newer = Skill.objects.create(**{**{f.attname: getattr(world.skill, f.attname) for f in Skill._meta.concrete_fields
+                                       if f.attname != "id"}, "skill_id": "skill-newer",
+                                    "created_at": world.skill.created_at + timedelta(seconds=1)})
+    now = timezone.now()
+    Revocation.objects.create(revocation_id="rev-newer", target_type="skill", target_id=newer.skill_id,
+                              revoked_at=now, created_at=now)
+    report = envelope_checks(inputs=_inputs(world))
+    assert report.passed, report.failed
+    assert report.skill_id == world.skill.skill_id
+
+
+def test_an_approval_recorded_after_a_rejection_stands():
+    world = make_full_world()
+    Approval.objects.create(approval_id="apr-reject", decision=world.decision, approver="cfo", verdict="rejected",
+                            created_at=timezone.now())
+    Approval.objects.create(approval_id="apr-again", decision=world.decision, approver="cfo", verdict="approved",
+                            created_at=timezone.now())
+    report = envelope_checks(inputs=_inputs(world))
+    assert report.passed, report.failed
+    assert report.approval_ref == "apr-again"
 
 
 def test_it_uses_another_valid_delegation_but_then_fails_the_capability_issued_under_the_revoked_one():
@@ -473,7 +520,7 @@ def test_it_pins_the_query_count_of_each_action_class(django_assert_num_queries)
         assert envelope_checks(inputs=transact_inputs).passed
 
 
-def test_it_reads_the_freezes_themselves_only_when_one_matches(django_assert_num_queries):
+def test_it_reads_the_matching_freezes_in_one_query_whether_or_not_one_matches(django_assert_num_queries):
     world = make_world()
     # Other targets' freezes, active and lifted, and a lifted one of this agent: none matches.
     now = timezone.now()
@@ -491,7 +538,7 @@ def test_it_reads_the_freezes_themselves_only_when_one_matches(django_assert_num
                           reason="r", frozen_by="ops", created_at=now)
     Freeze.objects.create(freeze_id="frz-tool", target_type="tool", target_id=world.tool_id, reason="r",
                           frozen_by="ops", created_at=now)
-    with django_assert_num_queries(READ_QUERIES + 1):
+    with django_assert_num_queries(READ_QUERIES):
         report = envelope_checks(inputs=_inputs(world))
     assert _failed(report) == ["freeze"]
     assert report.result("freeze")["reason"] == (
