@@ -23,9 +23,15 @@ AUTH_SECRET = "test-auth-secret-0123456789abcdef0123456789abcdef"
 def pytest_collection_modifyitems(config, items):
     from django.conf import settings
 
+    shared_redis = bool(os.environ.get("AGP_REDIS_TEST_URL"))
     for item in items:
         if "redis_url" in item.fixturenames:
             item.add_marker(pytest.mark.redis)
+            if shared_redis:
+                # Several processes (scripts/test: pytest-xdist, --dist loadgroup) would share
+                # the one database the run owns: one process runs every Redis test. Without
+                # the setting each process starts a private server of its own.
+                item.add_marker(pytest.mark.xdist_group("redis"))
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
     required = os.environ.get("AGP_REQUIRE_POSTGRES") == "1"
     if on_postgres:
