@@ -59,6 +59,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     evaluation runs may be ordered before it in the ledger; the evaluation still clears
     nothing, since check 5 of an envelope refuses an evaluation whose set is revoked.
     """
+    chosen_id = evaluation_id is not None
     evaluation_id = evaluation_id or new_id("pev")
     if action is not None:
         if "action" in input:
@@ -99,7 +100,9 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
                "action_hash": evaluated_action_hash or None, "result": result, "engine": outcome.engine}
     if shadow_results:
         payload["shadow_results"] = shadow_results
-    with unique_id("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic():
+    # A savepoint only for a client-chosen id, which may collide (409 in a transaction that
+    # goes on to store the answer under its Idempotency-Key); a fresh id cannot.
+    with unique_id("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic(savepoint=chosen_id):
         evaluation = PolicyEvaluation.objects.create(
             evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
             input_hash=input_hash, action=action, action_hash=evaluated_action_hash,
