@@ -13,25 +13,43 @@ import os
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
+from xdist import is_xdist_worker
 
 from auth_tokens.scopes import ALL_SCOPES
-from tests.redis_server import session_redis
+from tests.redis_server import OwnedDatabase, session_redis
 
 AUTH_SECRET = "test-auth-secret-0123456789abcdef0123456789abcdef"
+
+
+OWNED_REDIS = pytest.StashKey[OwnedDatabase]()
+
+
+def pytest_sessionstart(session):
+    """With AGP_REDIS_TEST_URL, remember what its database holds before any test runs.
+
+    Once per run: with pytest-xdist the controller does it, and its processes share the
+    database (each test names its keys, queues and prefixes uniquely). Without the setting
+    each session starts a private redis-server in ``redis_url``.
+    """
+    url = os.environ.get("AGP_REDIS_TEST_URL")
+    if url and not is_xdist_worker(session):
+        session.config.stash[OWNED_REDIS] = OwnedDatabase(url)
+
+
+def pytest_sessionfinish(session):
+    """Delete every key that appeared in the owned database during the run (after all the
+    processes of a pytest-xdist run have ended)."""
+    owned = session.config.stash.get(OWNED_REDIS, None)
+    if owned is not None:
+        owned.leave_as_found()
 
 
 def pytest_collection_modifyitems(config, items):
     from django.conf import settings
 
-    shared_redis = bool(os.environ.get("AGP_REDIS_TEST_URL"))
     for item in items:
         if "redis_url" in item.fixturenames:
             item.add_marker(pytest.mark.redis)
-            if shared_redis:
-                # Several processes (scripts/test: pytest-xdist, --dist loadgroup) would share
-                # the one database the run owns: one process runs every Redis test. Without
-                # the setting each process starts a private server of its own.
-                item.add_marker(pytest.mark.xdist_group("redis"))
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
     required = os.environ.get("AGP_REQUIRE_POSTGRES") == "1"
     if on_postgres:

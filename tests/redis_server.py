@@ -5,9 +5,12 @@ one setting, ``AGP_REDIS_TEST_URL``:
 
 - unset (the README's ``scripts/test``): the session starts a redis-server of its own on a
   free loopback port, keeping nothing on disk, uses its database 0 and stops it at the end;
-- set: the session owns exactly that database (the URL's ``/N``, 0 if absent) of that
-  server, and touches no other. At the end it deletes every key that appeared there during
-  the run, so the database is left as the run found it. One run at a time per database.
+- set: the run owns exactly that database (the URL's ``/N``, 0 if absent) of that
+  server, and touches no other. Before any test runs it remembers the keys there, and at
+  the end it deletes every key that appeared during the run, so the database is left as
+  the run found it (tests/conftest.py's session hooks; with pytest-xdist the controller
+  does both, around all its processes, which share the database). One run at a time per
+  database.
 
 Tests that need a whole server (to kill it, or to see who else is connected) start a
 ``RedisServer`` of their own. ``redis-server`` comes from Debian's package, which
@@ -117,13 +120,10 @@ class OwnedDatabase:
 
 @contextlib.contextmanager
 def session_redis(workdir: Path, configured: str | None):
-    """The session's Redis URL: ``configured`` (AGP_REDIS_TEST_URL) or a private server's."""
+    """The session's Redis URL: ``configured`` (AGP_REDIS_TEST_URL, whose database the run's
+    ``OwnedDatabase`` leaves as found) or a private server's."""
     if configured:
-        owned = OwnedDatabase(configured)
-        try:
-            yield configured
-        finally:
-            owned.leave_as_found()
+        yield configured
         return
     server = RedisServer(workdir).start()
     try:

@@ -90,6 +90,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     input_hash = hash_of(input, "input")
     evaluated_action_hash = hash_of(action, "action") if action is not None else ""
     now = timezone.now()
+    created_at = record_created_at(created_at, now)  # may refuse (400): before the block without a savepoint
     outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash,
                               input=policy_evaluation_input(input=input, action=action))
     result = outcome.as_result()
@@ -101,14 +102,15 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     if shadow_results:
         payload["shadow_results"] = shadow_results
     # A savepoint only for a client-chosen id, which may collide (409 in a transaction that
-    # goes on to store the answer under its Idempotency-Key); a fresh id cannot.
+    # goes on to store the answer under its Idempotency-Key); a fresh id cannot. Nothing else
+    # in the block may refuse: without a savepoint, a refusal would doom that transaction.
     with unique_id("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic(savepoint=chosen_id):
         evaluation = PolicyEvaluation.objects.create(
             evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
             input_hash=input_hash, action=action, action_hash=evaluated_action_hash,
             ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
             require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
-            shadow_results=shadow_results, evaluated_at=now, created_at=record_created_at(created_at, now))
+            shadow_results=shadow_results, evaluated_at=now, created_at=created_at)
         ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
                       resource_id=evaluation_id, actor=actor, payload=payload)
     return evaluation

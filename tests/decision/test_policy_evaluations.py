@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from agp_project.canonical import content_hash
 from core.ledger import ledger_record
-from core.models import LedgerEvent
+from core.models import IdempotencyRecord, LedgerEvent
 from decision.models import PolicyEvaluation
 from registry.models import PolicySet
 from tests.decision.factories import PAYMENTS, make_policy_set, make_task, ruleset_hash
@@ -273,3 +273,17 @@ def test_outside_a_test_transaction_the_row_and_its_event_are_written_together(a
         assert stored.result == response.json()["result"] and stored.result["allow"] is True
         event = LedgerEvent.objects.get(resource_id=stored.evaluation_id)
         assert (event.event_type, event.payload["input_hash"]) == ("policy_evaluation.created", stored.input_hash)
+
+
+def test_a_future_created_at_is_a_stored_400_under_an_idempotency_key(api):
+    # The refusal comes from the service, inside the request's transaction: it must stay a
+    # clean 400, stored under the key, with nothing else written.
+    task, policy_set = make_task(), make_policy_set(ruleset=PAYMENTS)
+    request = {"policy_set_id": policy_set.policy_set_id, "task_id": task.task_id, "agent_id": "agent-1",
+               "input": {"x": 1}, "created_at": (timezone.now() + timedelta(days=1)).isoformat()}
+    response = api.post("/agp/policy-evaluations", request, format="json", HTTP_IDEMPOTENCY_KEY="k-future")
+    assert response.status_code == 400, response.content
+    assert "created_at" in response.json()["error"]["details"]["fields"]
+    assert IdempotencyRecord.objects.filter(key="k-future", response_status=400).exists()
+    assert not PolicyEvaluation.objects.exists()
+    assert not LedgerEvent.objects.filter(event_type="policy_evaluation.created").exists()

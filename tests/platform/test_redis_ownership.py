@@ -81,7 +81,8 @@ def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
             env["AGP_DATABASE_URL"] = database_url
         # The tests that use Redis (they are marked redis), in a run of their own.
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-m", "redis", "-q", "-p", "no:cacheprovider",
+            # In two processes, as scripts/test runs them: both share the owned database.
+            [sys.executable, "-m", "pytest", "-n", "2", "-m", "redis", "-q", "-p", "no:cacheprovider",
              f"--basetemp={tmp_path / 'sub-run'}", *(f"--ignore={path}" for path in BROKER_ONLY_HEAVY)],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr
