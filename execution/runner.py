@@ -78,7 +78,9 @@ class Claim:
     fence: int
     connector: str
     call: Call
-    governance: dict[str, Any]  # the receipt's why-record, from the re-check's records
+    # The receipt's why-record, from the re-check's records (none for an external executor,
+    # whose receipt comes later through receipt_submit).
+    governance: dict[str, Any]
 
 
 def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, failed_checks: list[dict],
@@ -183,7 +185,8 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
                 envelope=envelope_document(envelope) if connector == "http" else {},
                 operation=envelope.operation, tool_pins=report.skill_tool_pins)
     return Claim(operation_id=operation_id, action_id=envelope.action_id, fence=operation.attempts,
-                 connector=connector, call=call, governance=receipt_governance(envelope=envelope, report=report))
+                 connector=connector, call=call,
+                 governance={} if external else receipt_governance(envelope=envelope, report=report))
 
 
 def operation_claim(*, operation_id: str, executor: str) -> Claim | str:

@@ -27,11 +27,9 @@ def receipt_governance(*, envelope: ActionEnvelope, report: CheckReport | None =
     read again (its chain only when it is the delegation recorded at acceptance). Without
     it, up to four queries.
     """
-    if report is not None and report.evaluation_record is not None:
-        evaluation = report.evaluation_record
-    else:
-        evaluation = (PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref)
-                      .values("evaluation_id", "policy_set_id", "ruleset_hash", "action_hash").first() or {})
+    evaluation = report.evaluation if report is not None else (
+        PolicyEvaluation.objects.filter(evaluation_id=envelope.policy_decision_ref)
+        .only("evaluation_id", "policy_set_id", "ruleset_hash", "action_hash").first())
     if report is not None and report.assessment_read:
         assessment_id = report.assessment_id
     else:
@@ -45,10 +43,10 @@ def receipt_governance(*, envelope: ActionEnvelope, report: CheckReport | None =
                  if delegation is not None else [])
     return {
         "decision_id": envelope.decision_ref,
-        "evaluation_id": evaluation.get("evaluation_id", envelope.policy_decision_ref),
-        "policy_set_id": evaluation.get("policy_set_id"),
-        "ruleset_hash": evaluation.get("ruleset_hash"),
-        "action_hash": evaluation.get("action_hash") or None,
+        "evaluation_id": evaluation.evaluation_id if evaluation else envelope.policy_decision_ref,
+        "policy_set_id": evaluation.policy_set_id if evaluation else None,
+        "ruleset_hash": evaluation.ruleset_hash if evaluation else None,
+        "action_hash": (evaluation.action_hash or None) if evaluation else None,
         "approvals": [envelope.approval_ref] if envelope.approval_ref else [],
         "assessment_id": assessment_id,
         "delegation_path": [{"delegation_id": link.delegation_id, "delegator_agent": link.delegator_agent,

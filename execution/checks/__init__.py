@@ -17,7 +17,6 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from decision.selectors import impact_assessment_required
 from registry.selectors import freeze_summaries
 
 from .report import CHECK_NAMES, CheckReport, EnvelopeInputs, Outcome
@@ -69,18 +68,13 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     spending = state.spending
     if found.delegation is not None:
         report.delegation_ref = found.delegation.delegation_id
-        report.chain_delegation_pks = [link.pk for link in found.chain]
         report.chain = found.chain
         paths = [link.path for link in found.chain]
         if spending is not None and paths != state.spending_paths:
             # The usable chain is not the first candidate's, whose spending was read.
             spending = spending_of_chain(paths=paths)
-    if state.evaluation is not None:
-        report.evaluation_record = {"evaluation_id": state.evaluation.evaluation_id,
-                                    "policy_set_id": state.evaluation.policy_set_id,
-                                    "ruleset_hash": state.evaluation.ruleset_hash,
-                                    "action_hash": state.evaluation.action_hash}
-    if task is not None and impact_assessment_required(task=task):
+    report.evaluation = state.evaluation
+    if state.assessment_read:
         report.assessment_read = True
         report.assessment_id = state.assessment.assessment_id if state.assessment is not None else None
     if state.capability is not None:

@@ -107,18 +107,21 @@ class CheckReport:
     skill_endpoint_url: str = ""
     skill_tool_pins: list[dict[str, str]] = field(default_factory=list)
     skill_executor_client_id: str = ""
-    chain_delegation_pks: list[int] = field(default_factory=list)
     # What the checks read that a receipt's why-record names (``execution.selectors.receipt_governance``):
-    # the usable chain's links (root first), the evaluation's policy set, ruleset and action hashes,
-    # and the standing impact assessment when rule 5 had it read (``assessment_read``).
+    # the usable chain's links (root first), the policy evaluation, and the standing impact
+    # assessment when rule 5 had it read (``assessment_read``).
     chain: tuple[Any, ...] = ()
-    evaluation_record: dict[str, Any] | None = None
+    evaluation: Any = None
     assessment_read: bool = False
     assessment_id: str | None = None
     # The active freezes that fail check 11, as ``details.freezes`` names them.
     freezes: list[dict[str, Any]] = field(default_factory=list)
     # A submission whose action_id names an envelope already accepted: no check ran.
     already_accepted: bool = False
+
+    @property
+    def chain_delegation_pks(self) -> list[int]:
+        return [link.pk for link in self.chain]
 
     @property
     def passed(self) -> bool:

@@ -77,6 +77,7 @@ class EnvelopeState:
     escalations: list[Escalation]
     freezes: list[Freeze] = field(default_factory=list)  # active, matching (C13)
     assessment: ImpactAssessment | None = None
+    assessment_read: bool = False  # rule 5 applies, so ``assessment`` was looked up
     # The agent's delegation candidates (newest first) and every link of their chains by pk
     # (each with agent_revoked).
     candidates: list[Delegation] = field(default_factory=list)
@@ -153,6 +154,7 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     bindings: list[LiabilityBinding] = []
     if task is not None:
         if impact_assessment_required(task=task):
+            state.assessment_read = True
             state.assessment = impact_assessment_standing(task=task, decision=inputs.decision_ref)
         _load_delegations(state, inputs=inputs, now=now)
         if task.action_class == ActionClass.TRANSACT:
@@ -174,9 +176,9 @@ def _apply_revocations(state: EnvelopeState, *, inputs: EnvelopeInputs, skills: 
         targets |= {(RevocationTarget.AGENT, link.delegator_agent), (RevocationTarget.AGENT, link.delegate_agent)}
     targets |= {(RevocationTarget.SKILL, skill.skill_id) for skill in skills}
     targets |= {(RevocationTarget.LIABILITY_BINDING, binding.binding_id) for binding in bindings}
-    revoked = {row for row in Revocation.objects.filter(
+    revoked = set(Revocation.objects.filter(
         target_type__in={kind for kind, _ in targets}, target_id__in={ref for _, ref in targets},
-    ).values_list("target_type", "target_id") if row in targets}
+    ).values_list("target_type", "target_id"))
 
     def agent_revoked(agent_id: str) -> bool:
         return (RevocationTarget.AGENT, agent_id) in revoked
