@@ -29,6 +29,24 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+# Tasks an operator is waiting on: they go to the control queue beside the default one
+# (settings: CELERY_TASK_QUEUES), which every worker consumes and takes turns with, so they
+# start as soon as a worker process is free rather than behind every queued operation.
+CONTROL_TASKS = frozenset({"agp.enforce_freeze"})
+
+
+def control_queue(default_queue: str) -> str:
+    return f"{default_queue}.control"
+
+
+def route_controls(name, args, kwargs, options, task=None, **kw):
+    """Celery router (CELERY_TASK_ROUTES): control tasks to the control queue of the current
+    default queue, everything else to the default queue."""
+    if name in CONTROL_TASKS:
+        return {"queue": control_queue(app.conf.task_default_queue)}
+    return None
+
+
 @setup_logging.connect
 def _logging_from_settings(**kwargs):
     from django.conf import settings

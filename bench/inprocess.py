@@ -158,11 +158,23 @@ def _statements(call) -> None:
 
 
 def _time(call, n: int) -> None:
-    wall, cpu = time.perf_counter(), time.process_time()
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    wall, cpu, db_cpu = time.perf_counter(), time.process_time(), _process_cpu(backend)
     for _ in range(n):
         call()
+    db_cpu = _process_cpu(backend) - db_cpu
     print(f"{(time.perf_counter() - wall) / n * 1e3:.2f} ms wall, {(time.process_time() - cpu) / n * 1e3:.2f} ms "
-          f"CPU per call ({n} calls)")
+          f"CPU per call, {db_cpu / n * 1e3:.2f} ms PostgreSQL backend CPU per call ({n} calls)")
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a local process (the PostgreSQL backend serving us)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cprofile(call, n: int) -> None:

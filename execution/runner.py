@@ -37,13 +37,15 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, Subquery
 from django.utils import timezone
 
 from agp_project import errors
 from agp_project.metrics import CONNECTOR_CALLS, ENVELOPE_FAILED_CHECKS, count_on_commit
 from core.ledger import ledger_append, ledger_batch
 from core.outbox import outbox_enqueue, outbox_request_id
+from registry.models import Task
+from registry.services import refuse_frozen
 
 from .budgets import payment_release
 from .cancellation import frozen_error, operation_cancelled_record
@@ -342,6 +344,12 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
             from_state=operation.status, to_state=status, allowed=[],
             message=(f"Operation {operation_id!r} is {operation.status} and does not wait for an external "
                      f"executor's receipt."))
+    envelope = operation.envelope
+    # C13: a freeze stops an operation that awaits its receipt. The freeze's own task cancels
+    # it; until it has, the receipt is refused here all the same (fail closed).
+    refuse_frozen(acting=f"the receipt of operation {operation_id!r}", agent_id=envelope.agent_id,
+                  tool_id=envelope.tool_id,
+                  root_principal=Subquery(Task.objects.filter(task_id=envelope.task_id).values("root_principal")[:1]))
     if started_at and completed_at and completed_at < started_at:
         raise errors.invalid_fields({"completed_at": ["Must not be earlier than started_at."]})
     result = result or {}

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 from .env import env_bool, env_int, env_list, env_str, secret_from_file
 
@@ -245,9 +246,14 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Execution worker (CONTRACT C8; execution/runner.py, execution/callbacks.py) -------------
-# One queue for every task; a separate name lets several deployments (or test sessions)
-# share one broker.
+# One queue for the work, and beside it one for operator controls (a freeze's enforcement,
+# CONTRACT C13), which every worker consumes too: a control never waits behind a backlog of
+# operations (agp_project/celery.py routes it). A separate name lets several deployments
+# (or test sessions) share one broker.
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGP_CELERY_QUEUE", "celery")
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name)
+                      for name in (CELERY_TASK_DEFAULT_QUEUE, f"{CELERY_TASK_DEFAULT_QUEUE}.control")]
+CELERY_TASK_ROUTES = ["agp_project.celery.route_controls"]
 # A running operation's claim lasts this long unless its worker renews it (every third of
 # it); a worker that dies stops renewing, and the operation is taken over after this.
 AGP_OPERATION_LEASE_SECONDS = env_int("AGP_OPERATION_LEASE_SECONDS", 30, minimum=1)

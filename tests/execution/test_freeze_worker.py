@@ -174,3 +174,31 @@ def test_a_freeze_kills_nothing_and_loses_nothing_already_passed_to_its_connecto
     # And the freeze holds for what comes next.
     assert failed_checks(validate(api, world)) == ["freeze"]
     assert lift(api, frozen["freeze_id"]).status_code == 200
+
+
+def test_a_freeze_reaches_a_frozen_agents_operation_ahead_of_a_backlog_of_other_work(
+        api, module_worker, worker_db):
+    # Eight 2-second operations of another agent: four seconds of work per worker process,
+    # queued before the frozen agent's operation.
+    busy = make_world(parameters={"limit": 10, "sleep_seconds": 2})
+    backlog = [submit_async(api, busy.envelope_request())["operation_id"] for _ in range(8)]
+    world = make_world()
+    pending = submit_async(api, world.envelope_request())["operation_id"]
+    wait_for(lambda: status(backlog[0]) == "running", message="the backlog to start", worker=module_worker)
+
+    started = time.monotonic()
+    frozen = freeze(api, "agent", world.agent_id)
+    wait_for(lambda: status(pending) == "cancelled", timeout=REACH_SECONDS, interval=0.05,
+             message="the freeze to cancel the operation behind the backlog", worker=module_worker)
+    assert time.monotonic() - started < REACH_SECONDS
+    # The freeze's enforcement did it, not the operation's own claim: the backlog had not
+    # drained, the work ahead of the operation was still waiting.
+    assert sum(status(operation_id) in ("pending", "running") for operation_id in backlog) >= 4
+    body = api.get(f"/agp/operations/{pending}").json()
+    assert body["error"]["details"]["freezes"][0]["freeze_id"] == frozen["freeze_id"]
+    assert LedgerEvent.objects.get(resource_id=pending, event_type="operation.cancelled").payload["stage"] == "pending"
+
+    # The rest of the backlog is stopped too, and what was running ends as it would.
+    freeze(api, "agent", busy.agent_id)
+    ended = [poll_until_ended(api, operation_id, module_worker)["status"] for operation_id in backlog]
+    assert set(ended) <= {"succeeded", "cancelled"} and "cancelled" in ended

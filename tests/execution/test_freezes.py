@@ -101,6 +101,35 @@ def test_the_enforcement_cancels_pending_and_receipt_awaiting_operations_of_the_
     assert freezes_enforce(freeze_id=frozen.freeze_id) == 0
 
 
+@pytest.mark.parametrize("target", ["agent", "tool", "root_principal", "all"])
+def test_a_receipt_is_refused_while_a_freeze_stands_even_before_its_enforcement_ran(api, target):
+    world = make_world(action_class="transact", connector="external")
+    awaiting = accept(api, world)
+    assert operation_execute(operation_id=awaiting, executor="w/pid-1") == "awaiting_receipt"
+    target_id = {"agent": world.agent_id, "tool": world.tool_id, "root_principal": world.root_principal,
+                 "all": ""}[target]
+    frozen = freeze(target, target_id)  # its task has not run: the operation still awaits its receipt
+    action_id = Operation.objects.get(operation_id=awaiting).envelope_id
+    events = LedgerEvent.objects.count()
+
+    refused = api.post("/agp/receipts", {"action_id": action_id, "operation_id": awaiting, "status": "succeeded"},
+                       format="json")
+
+    assert refused.status_code == 409, refused.content
+    error = refused.json()["error"]
+    assert error["code"] == "AGP_FROZEN"
+    assert error["details"]["freezes"] == [
+        {"freeze_id": frozen.freeze_id, "target_type": target, "target_id": target_id or None}]
+    assert status(awaiting) == "running" and not Receipt.objects.filter(operation_id=awaiting).exists()
+    assert LedgerEvent.objects.count() == events
+    # The enforcement then cancels it; once the freeze is lifted before that, the receipt is taken.
+    assert api.patch(f"/agp/freezes/{frozen.freeze_id}", {"status": "lifted"}, format="json").status_code == 200
+    taken = api.post("/agp/receipts", {"action_id": action_id, "operation_id": awaiting, "status": "succeeded"},
+                     format="json")
+    assert taken.status_code == 201, taken.content
+    assert status(awaiting) == "succeeded"
+
+
 def test_the_enforcement_leaves_an_operation_already_passed_to_its_connector(api):
     world = make_world(parameters={"limit": 10, "sleep_seconds": 1})
     operation_id = accept(api, world)

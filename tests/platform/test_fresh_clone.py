@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,6 +86,15 @@ def test_the_run_command_serves_a_fresh_clone_within_60_seconds_and_stops_cleanl
         assert (again.status_code, again.content, again.headers["Idempotent-Replayed"]) == (201, first.content,
                                                                                           "true")
         assert requests.get(f"{url}/agp/ledger-events/verify", timeout=10).json()["verified"] is True
+
+        # A freeze's enforcement goes through the control queue, which the worker consumes
+        # on the filesystem broker too.
+        freeze = requests.post(f"{url}/agp/freezes", json={"target_type": "agent", "target_id": "agent-smoke",
+                                                            "reason": "smoke"}, timeout=10)
+        assert freeze.status_code == 201, freeze.text
+        while time.monotonic() - started < 150 and "agp.enforce_freeze" not in log_path.read_text():
+            time.sleep(0.25)
+        assert re.search(r"agp\.enforce_freeze\[[^\]]+\] succeeded", log_path.read_text()), log_path.read_text()
     finally:
         serve.send_signal(signal.SIGTERM)
         try:
