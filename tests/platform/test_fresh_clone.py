@@ -92,9 +92,10 @@ def test_the_run_command_serves_a_fresh_clone_within_60_seconds_and_stops_cleanl
         freeze = requests.post(f"{url}/agp/freezes", json={"target_type": "agent", "target_id": "agent-smoke",
                                                             "reason": "smoke"}, timeout=10)
         assert freeze.status_code == 201, freeze.text
-        while time.monotonic() - started < 150 and "agp.enforce_freeze" not in log_path.read_text():
+        enforced = re.compile(r"agp\.enforce_freeze\[[^\]]+\] succeeded")
+        while time.monotonic() - started < 150 and not enforced.search(log_path.read_text()):
             time.sleep(0.25)
-        assert re.search(r"agp\.enforce_freeze\[[^\]]+\] succeeded", log_path.read_text()), log_path.read_text()
+        assert enforced.search(log_path.read_text()), log_path.read_text()
     finally:
         serve.send_signal(signal.SIGTERM)
         try:
