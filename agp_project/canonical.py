@@ -11,13 +11,12 @@ signed is what the client sent.
 import contextlib
 import hashlib
 import json
-import math
 from decimal import Decimal
 from typing import Any
 
 import rfc8785
 
-from .exactjson import decimal_text
+from .exactjson import as_double, decimal_text
 
 
 def plain_json(value: Any) -> Any:
@@ -86,9 +85,9 @@ def decimal_canonical(value: Decimal) -> bytes:
         raise rfc8785.FloatDomainError(float(value))
     if value == value.to_integral_value() and -INT_LIMIT <= value <= INT_LIMIT:
         return rfc8785.dumps(int(value))
-    as_double = float(value)
-    if math.isfinite(as_double) and Decimal(repr(as_double)) == value:
-        return rfc8785.dumps(as_double)
+    double = as_double(value)
+    if double is not None:
+        return rfc8785.dumps(double)
     return decimal_text(value).encode("ascii")
 
 

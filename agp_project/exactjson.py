@@ -10,6 +10,7 @@ values as plain JSON numbers (``decimal_text``) and everything else as ``json.du
 """
 
 import json
+import math
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -46,6 +47,31 @@ def decimal_text(value: Decimal) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text == "-0" else text
+
+
+def as_double(value: Decimal) -> float | None:
+    """The IEEE double whose shortest decimal form is ``value`` (``0.1``, ``25.5``), or None when
+    no double holds it exactly (``1234567890123.4567``, ``100.0000000000000000001``)."""
+    double = float(value)
+    if math.isfinite(double) and Decimal(repr(double)) == value:
+        return double
+    return None
+
+
+def inexact_for_doubles(value: Any) -> tuple[str, Decimal] | None:
+    """The first fraction in ``value`` that a reader of JSON numbers as IEEE doubles would round
+    (see ``as_double``): ``(dotted path, number)``, or None. Integers of any size are exact."""
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, Decimal):
+            if item != item.to_integral_value() and as_double(item) is None:
+                return _path(path), item
+        elif isinstance(item, dict):
+            stack.extend((member, (*path, key)) for key, member in item.items())
+        elif isinstance(item, list):
+            stack.extend((member, (*path, index)) for index, member in enumerate(item))
+    return None
 
 
 def digits_written_out(value: Decimal) -> int:

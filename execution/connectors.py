@@ -203,9 +203,9 @@ def _mcp_arguments(value: Any) -> Any:
     holds (``1234567890123.4567``) cannot be sent exactly, so the call is not made.
     """
     if isinstance(value, Decimal):
-        as_double = float(value)
-        if math.isfinite(as_double) and Decimal(repr(as_double)) == value:
-            return as_double
+        double = exactjson.as_double(value)
+        if double is not None:
+            return double
         raise ExecutionFailed(f"The number {exactjson.decimal_text(value)} cannot be sent exactly to an MCP tool "
                               f"(no binary double holds it); the tool was not called.",
                               details={"connector": "mcp"})

@@ -287,3 +287,45 @@ def test_a_future_created_at_is_a_stored_400_under_an_idempotency_key(api):
     assert IdempotencyRecord.objects.filter(key="k-future", response_status=400).exists()
     assert not PolicyEvaluation.objects.exists()
     assert not LedgerEvent.objects.filter(event_type="policy_evaluation.created").exists()
+
+
+OVER_100 = ("package agp.over_100\n\nimport rego.v1\n\ndefault allow := true\n\n"
+            "deny contains \"x over 100\" if input.action.parameters.x > 100\n"
+            "deny contains \"amount over 100\" if input.amount > 100\n")
+
+
+def raw_evaluation(api, policy_set, task, *, x="1", amount="1"):
+    """The request as JSON text, so that every digit of the numbers reaches the service."""
+    text = (f'{{"policy_set_id": "{policy_set.policy_set_id}", "task_id": "{task.task_id}", "agent_id": "agent-1", '
+            f'"input": {{"amount": {amount}}}, '
+            f'"action": {{"tool_id": "crm", "operation": "update", "parameters": {{"x": {x}}}}}}}')
+    return api.post("/agp/policy-evaluations", text, content_type="application/json")
+
+
+@pytest.mark.parametrize(("x", "amount", "field"), [
+    ("100.0000000000000000001", "1", "action.parameters.x"),
+    ("1", "100.000000000000000001", "input.amount"),
+])
+def test_a_fraction_the_engine_would_round_is_refused_rather_than_evaluated(api, x, amount, field):
+    # As a double, 100.0000000000000000001 is 100.0: "> 100" would be false and the deny rule
+    # would let the action through.
+    task, policy_set = make_task(), make_policy_set(ruleset=OVER_100)
+    events = LedgerEvent.objects.count()
+
+    response = raw_evaluation(api, policy_set, task, x=x, amount=amount)
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "AGP_INVALID_REQUEST"
+    (message,) = response.json()["error"]["details"]["fields"][field]
+    assert "IEEE 754 doubles" in message and "100.0" in message
+    assert not PolicyEvaluation.objects.exists() and LedgerEvent.objects.count() == events
+
+
+@pytest.mark.parametrize(("x", "allowed"), [("100.00000000000001", False), ("100", True), ("99.99", True)])
+def test_a_fraction_a_double_holds_is_compared_exactly(api, x, allowed):
+    task, policy_set = make_task(), make_policy_set(ruleset=OVER_100)
+
+    response = raw_evaluation(api, policy_set, task, x=x)
+
+    assert response.status_code == 201, response.content
+    assert response.json()["result"]["allow"] is allowed
