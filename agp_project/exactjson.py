@@ -96,6 +96,14 @@ def _number(text: str) -> Decimal:
     return value
 
 
+def _integer(text: str) -> int:
+    """``parse_int``: an integer of at most ``MAX_NUMBER_DIGITS`` digits. Checked on the text:
+    Python refuses to read one past 4,300 digits with a ValueError that is no JSON error."""
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise JSONInputError(f"The number {text[:50]}... has more than {MAX_NUMBER_DIGITS} digits written out.")
+    return int(text)
+
+
 def _refuse_constant(name: str):
     raise JSONInputError(f"{name} is not a JSON number.")
 
@@ -116,7 +124,8 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads(text: str | bytes) -> Any:
     """Parse JSON text strictly, numbers exact. Raises ``JSONInputError`` (a ``ValueError``),
     ``json.JSONDecodeError`` for syntax errors, ``RecursionError`` for absurd nesting."""
-    return json.loads(text, parse_float=_number, parse_constant=_refuse_constant, object_pairs_hook=_object)
+    return json.loads(text, parse_float=_number, parse_int=_integer, parse_constant=_refuse_constant,
+                      object_pairs_hook=_object)
 
 
 def bad_text(value: Any) -> tuple[str, str] | None:

@@ -35,6 +35,8 @@ def test_it_reads_fractions_and_exponents_as_exact_decimals():
     ('{"a": -Infinity}', "-Infinity is not a JSON number."),
     ("[1e999999999]", "The number 1e999999999 has more than 40 digits written out."),
     ("[0.00000000000000000000000000000000000000001]", "has more than 40 digits written out"),
+    ("[" + "9" * 41 + "]", "has more than 40 digits written out"),
+    ("[-" + "9" * 5000 + "]", "has more than 40 digits written out"),  # past what int() reads at all
 ])
 def test_it_refuses_what_json_does_not_allow_or_the_service_cannot_keep(text, message):
     with pytest.raises(JSONInputError) as raised:
@@ -139,6 +141,20 @@ def post_raw(api, body: bytes):
 def test_the_parser_answers_400_naming_the_field(api, body, field):
     error = assert_envelope(post_raw(api, body), 400, "AGP_INVALID_REQUEST")
     assert list(error["details"]["fields"]) == [field]
+    assert not LedgerEvent.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", [None, "huge-integer"])
+def test_an_integer_too_long_for_python_to_read_is_a_400_not_a_500(api, key):
+    body = ('{"event_type": "client.x", "resource_type": "X", "resource_id": "x", "payload": {"n": '
+            + "9" * 5000 + "}}").encode()
+    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+
+    response = api.generic("POST", "/agp/ledger-events", body, content_type="application/json", **headers)
+
+    error = assert_envelope(response, 400, "AGP_INVALID_REQUEST")
+    assert "has more than 40 digits written out" in error["message"]
     assert not LedgerEvent.objects.exists()
 
 
