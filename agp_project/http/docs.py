@@ -19,6 +19,9 @@ class ApiDocsView(SpectacularSwaggerSplitView):
     authentication_classes = []
     permission_classes = []
     url_name = "openapi"
+    # A page, not a resource: no OPTIONS metadata (it would be rendered through the page's
+    # HTML template), so OPTIONS is a 405 like any other method but GET.
+    http_method_names = ["get", "head"]
 
     @extend_schema(exclude=True)
     def get(self, request, *args, **kwargs):

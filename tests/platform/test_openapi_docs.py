@@ -149,3 +149,12 @@ def test_the_docs_page_serves_swagger_ui_from_this_server_only(api, client):
         served = client.get(url)
         assert served.status_code == 200, url
         assert b"".join(served.streaming_content) if served.streaming else served.content
+
+
+@pytest.mark.parametrize("method", ["options", "post", "put", "patch", "delete"])
+def test_the_docs_page_answers_other_methods_with_a_405_in_the_error_envelope(api, method):
+    response = getattr(api, method)("/agp/docs")
+
+    assert response.status_code == 405, response.content
+    assert response.json()["error"]["code"] == "AGP_METHOD_NOT_ALLOWED"
+    assert set(response["Allow"].replace(" ", "").split(",")) == {"GET", "HEAD"}
