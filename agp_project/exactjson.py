@@ -58,20 +58,12 @@ def as_double(value: Decimal) -> float | None:
     return None
 
 
-def inexact_for_doubles(value: Any) -> tuple[str, Decimal] | None:
-    """The first fraction in ``value`` that a reader of JSON numbers as IEEE doubles would round
-    (see ``as_double``): ``(dotted path, number)``, or None. Integers of any size are exact."""
-    stack: list[tuple[Any, tuple]] = [(value, ())]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, Decimal):
-            if item != item.to_integral_value() and as_double(item) is None:
-                return _path(path), item
-        elif isinstance(item, dict):
-            stack.extend((member, (*path, key)) for key, member in item.items())
-        elif isinstance(item, list):
-            stack.extend((member, (*path, index)) for index, member in enumerate(item))
-    return None
+def doubles_around(value: Decimal) -> tuple[float, float]:
+    """The two adjacent IEEE doubles ``value`` lies between (for a value no double holds)."""
+    nearest = float(value)
+    if Decimal(nearest) < value:
+        return nearest, math.nextafter(nearest, math.inf)
+    return math.nextafter(nearest, -math.inf), nearest
 
 
 def digits_written_out(value: Decimal) -> int:

@@ -10,6 +10,50 @@ from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
 from agp_project.ids import ID_PATTERN
 
 
+def _json_kind(value) -> type:
+    """The JSON type a Python value stands for (choices are str enums; bool is no int in JSON)."""
+    for kind in (bool, str, int):
+        if isinstance(value, kind):
+            return kind
+    return type(value)
+
+
+def json_type_problem(field: serializers.Field, value) -> str | None:
+    """Why ``value``, as JSON gave it, is not of the JSON type ``field`` takes, or None.
+
+    DRF converts on its own (``123`` becomes ``"123"`` for a CharField, ``"1"`` becomes ``1``
+    for an IntegerField, ``"yes"`` and ``0`` become booleans): what was signed and stored
+    would not be what the client sent. ``null`` is left to the field's ``allow_null``;
+    fields with their own parsing (money, currencies, free-form JSON) check for themselves.
+    """
+    if value is None:
+        return None
+    if isinstance(field, serializers.BooleanField):
+        return None if isinstance(value, bool) else "Must be a boolean (true or false)."
+    if isinstance(field, serializers.ChoiceField):
+        kinds = {_json_kind(choice) for choice in field.choices} or {str}
+        return None if _json_kind(value) in kinds else "Must be one of the listed values, as a string."
+    if isinstance(field, (serializers.CharField, serializers.DateTimeField, serializers.DateField)):
+        return None if isinstance(value, str) else "Must be a string."
+    if isinstance(field, serializers.IntegerField):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "Must be an integer."
+    if isinstance(field, serializers.ListField):
+        if not isinstance(value, list):
+            return "Must be a list."
+        for index, item in enumerate(value):
+            problem = json_type_problem(field.child, item)
+            if problem:
+                return f"Item {index}: {problem}"
+    if isinstance(field, serializers.DictField):
+        if not isinstance(value, dict):
+            return "Must be an object."
+        for key, item in value.items():
+            problem = json_type_problem(field.child, item)
+            if problem:
+                return f"{key}: {problem}"
+    return None
+
+
 class StrictSerializer(serializers.Serializer):
     """A serializer that refuses what it does not know, so nothing is silently dropped.
 
@@ -33,6 +77,10 @@ class StrictSerializer(serializers.Serializer):
                 problems[name] = ["Unknown field."]
             elif field.read_only:
                 problems[name] = ["This field is read-only."]
+            else:
+                problem = json_type_problem(field, data[name])
+                if problem:
+                    problems[name] = [problem]
         if problems:
             raise serializers.ValidationError(problems)
         validated = super().to_internal_value(data)

@@ -10,7 +10,6 @@ from django.utils import timezone
 
 from agp_project import errors
 from agp_project.canonical import action_document
-from agp_project.exactjson import decimal_text, inexact_for_doubles
 from agp_project.ids import new_id
 from agp_project.timeutil import iso
 from core import engine
@@ -41,20 +40,6 @@ def policy_evaluation_input(*, input: dict[str, Any], action: dict[str, Any] | N
     return {**input, "action": action} if action is not None else input
 
 
-def _refuse_inexact_numbers(rego_input: dict[str, Any]) -> None:
-    """400 for a fraction the engine cannot compare exactly. regorus reads fractions as IEEE
-    doubles: ``100.0000000000000000001 > 100`` would be false, and a deny rule would let the
-    action through. Refused under OPA too, so that an evaluation means the same under both."""
-    inexact = inexact_for_doubles(rego_input)
-    if inexact is None:
-        return
-    path, number = inexact
-    field = path if path.split(".", 1)[0] == "action" else f"input.{path}"
-    raise errors.invalid_fields({field: [
-        f"{decimal_text(number)} has more digits than the policy engine compares: it reads fractions as "
-        f"IEEE 754 doubles and would see {float(number)!r}. Send a number with at most 15 significant digits."]})
-
-
 def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,
                              input: dict[str, Any], action: dict[str, Any] | None = None,
                              evaluation_id: str | None = None, created_at: datetime | None = None) -> PolicyEvaluation:
@@ -82,7 +67,6 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
                 "input.action is set by the service from the request's action: send one or the other."]})
         action = action_document(**action)
     rego_input = policy_evaluation_input(input=input, action=action)
-    _refuse_inexact_numbers(rego_input)
     # The set and its active shadows (C14) in one query.
     sets = list(PolicySet.objects.filter(Q(policy_set_id=policy_set_id)
                                          | Q(shadow_of_id=policy_set_id, status=PolicySetStatus.ACTIVE))

@@ -302,30 +302,54 @@ def raw_evaluation(api, policy_set, task, *, x="1", amount="1"):
     return api.post("/agp/policy-evaluations", text, content_type="application/json")
 
 
-@pytest.mark.parametrize(("x", "amount", "field"), [
-    ("100.0000000000000000001", "1", "action.parameters.x"),
-    ("1", "100.000000000000000001", "input.amount"),
+@pytest.mark.parametrize(("x", "amount", "denied_by"), [
+    ("100.0000000000000000001", "1", "x over 100"),  # as a double: 100.0, and "> 100" would be false
+    ("1", "100.000000000000000001", "amount over 100"),
 ])
-def test_a_fraction_the_engine_would_round_is_refused_rather_than_evaluated(api, x, amount, field):
-    # As a double, 100.0000000000000000001 is 100.0: "> 100" would be false and the deny rule
-    # would let the action through.
+def test_a_fraction_the_engine_would_round_cannot_slip_under_a_deny_rule(api, x, amount, denied_by):
     task, policy_set = make_task(), make_policy_set(ruleset=OVER_100)
-    events = LedgerEvent.objects.count()
 
     response = raw_evaluation(api, policy_set, task, x=x, amount=amount)
 
-    assert response.status_code == 400, response.content
-    assert response.json()["error"]["code"] == "AGP_INVALID_REQUEST"
-    (message,) = response.json()["error"]["details"]["fields"][field]
-    assert "IEEE 754 doubles" in message and "100.0" in message
-    assert not PolicyEvaluation.objects.exists() and LedgerEvent.objects.count() == events
+    assert response.status_code == 201, response.content
+    result = response.json()["result"]
+    assert result["allow"] is False
+    assert denied_by in result["reasons"]
+    number = x if x != "1" else amount
+    assert any("depends on digits the policy engine cannot compare" in reason and number in reason
+               for reason in result["reasons"])
+    row = PolicyEvaluation.objects.get(evaluation_id=response.json()["evaluation_id"])
+    assert row.allowed is False
+    # What was sent is what is stored and hashed: the number is not rounded.
+    assert f'"x":{x}' in response.content.decode() and f'"amount":{amount}' in response.content.decode()
 
 
-@pytest.mark.parametrize(("x", "allowed"), [("100.00000000000001", False), ("100", True), ("99.99", True)])
-def test_a_fraction_a_double_holds_is_compared_exactly(api, x, allowed):
+@pytest.mark.parametrize(("x", "allowed"), [
+    ("100.00000000000001", False),  # a double: compared as it is
+    ("100", True), ("99.99", True),
+    ("99.0000000000000000001", True),  # no double holds it, but no rule changes its mind around it
+    ("200.0000000000000000001", False),
+])
+def test_a_fraction_is_judged_as_the_exact_number_would_be(api, x, allowed):
     task, policy_set = make_task(), make_policy_set(ruleset=OVER_100)
 
     response = raw_evaluation(api, policy_set, task, x=x)
 
     assert response.status_code == 201, response.content
-    assert response.json()["result"]["allow"] is allowed
+    result = response.json()["result"]
+    assert result["allow"] is allowed
+    assert not any("cannot compare" in reason for reason in result["reasons"])
+
+
+def test_an_input_with_too_many_fractions_the_engine_would_round_is_denied(api):
+    task, policy_set = make_task(), make_policy_set(ruleset=OVER_100)
+    many = ", ".join(f'"n{i}": 0.1234567890123456789{i}' for i in range(5))
+    text = (f'{{"policy_set_id": "{policy_set.policy_set_id}", "task_id": "{task.task_id}", "agent_id": "agent-1", '
+            f'"input": {{"amount": 1, {many}}}}}')
+
+    response = api.post("/agp/policy-evaluations", text, content_type="application/json")
+
+    assert response.status_code == 201, response.content
+    result = response.json()["result"]
+    assert result["allow"] is False
+    assert result["reasons"][0].startswith("policy input error: more than 4 fractions")
