@@ -1,5 +1,6 @@
 """Strict request parsing (CONTRACT C1): unknown and read-only fields are a 400."""
 
+import re
 from datetime import datetime
 from decimal import Decimal
 
@@ -8,6 +9,9 @@ from rest_framework import serializers
 
 from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
 from agp_project.ids import ID_PATTERN
+
+# The date, "T" or a space, a time, and its zone: "Z" or an offset.
+ZONED_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})$")
 
 
 def _json_kind(value) -> type:
@@ -33,7 +37,13 @@ def json_type_problem(field: serializers.Field, value) -> str | None:
     if isinstance(field, serializers.ChoiceField):
         kinds = {_json_kind(choice) for choice in field.choices} or {str}
         return None if _json_kind(value) in kinds else "Must be one of the listed values, as a string."
-    if isinstance(field, (serializers.CharField, serializers.DateTimeField, serializers.DateField)):
+    if isinstance(field, serializers.DateTimeField):
+        # A date-time without its zone ("2030-01-01", "2030-01-01T00:00:00") would be read in
+        # the server's zone: an expiry hours off for a client that meant its own.
+        if isinstance(value, str) and ZONED_DATETIME.match(value):
+            return None
+        return "Must be an ISO 8601 date-time with its zone, such as 2030-01-01T00:00:00Z."
+    if isinstance(field, (serializers.CharField, serializers.DateField)):
         return None if isinstance(value, str) else "Must be a string."
     if isinstance(field, serializers.IntegerField):
         return None if isinstance(value, int) and not isinstance(value, bool) else "Must be an integer."

@@ -64,6 +64,9 @@ WRONG_TYPES = [
     ("/agp/delegations", "authority_scope", [1], "authority_scope"),
     ("/agp/delegations", "constraints.max_hops_remaining", "1", "constraints.max_hops_remaining"),
     ("/agp/delegations", "constraints.max_hops_remaining", True, "constraints.max_hops_remaining"),
+    ("/agp/delegations", "expires_at", "2099-01-01", "expires_at"),
+    ("/agp/delegations", "expires_at", "2099-01-01T00:00:00", "expires_at"),
+    ("/agp/delegations", "expires_at", 4070908800, "expires_at"),
     ("/agp/freezes", "target_id", 42, "target_id"),
     ("/agp/freezes", "reason", 1, "reason"),
     ("/agp/impact-assessments", "time_horizons.0.reversible", "yes", "time_horizons.0.reversible"),
@@ -107,3 +110,13 @@ def test_a_member_of_the_wrong_json_type_is_a_400_naming_it(api, path, member, v
     error = assert_envelope(response, 400, "AGP_INVALID_REQUEST")
     assert field in field_names(error["details"]["fields"]), error
     assert LedgerEvent.objects.count() == events
+
+
+@pytest.mark.parametrize("expires_at", ["2099-01-01T00:00:00Z", "2099-01-01T02:00:00.5+02:00", "2099-01-01 00:00Z"])
+def test_a_date_time_with_its_zone_is_taken_in_utc(api, expires_at):
+    body = with_member(valid_bodies(make_full_world())["/agp/delegations"], "expires_at", expires_at)
+
+    response = api.post("/agp/delegations", body, format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["expires_at"].startswith("2099-01-01T00:00:00")
