@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from agp_project import errors
 from agp_project.http.schema import ErrorEnvelopeSerializer, documented, error_responses, read_views
-from agp_project.http.viewsets import AGPViewSet, CreateMixin
+from agp_project.http.viewsets import AGPViewSet, CreateMixin, query_params
 from core.ledger import ledger_append_client_event, ledger_events_in_chain
 from core.selectors import (
     checkpoint_document,
@@ -37,13 +37,10 @@ SIZE_ERRORS = OpenApiResponse(ErrorEnvelopeSerializer, description=(
 
 def query_sizes(request, *, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> dict[str, int | None]:
     """The named query parameters as positive integers; anything else in the query is a 400."""
-    unknown = sorted(set(request.query_params) - set(required) - set(optional))
-    if unknown:
-        raise errors.invalid_fields({name: ["Unknown query parameter."] for name in unknown},
-                                    "Unknown query parameters.")
+    params = query_params(request, (*required, *optional))
     sizes, bad = {}, {}
     for name in (*required, *optional):
-        raw = request.query_params.get(name)
+        raw = params.get(name)
         if raw is None:
             if name in required:
                 bad[name] = ["This query parameter is required."]
@@ -85,6 +82,7 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
                    responses={200: LedgerAndTreeVerificationSerializer, **error_responses()})
     @action(detail=False, methods=["get"], url_path="verify")
     def verify(self, request):
+        query_params(request, ())
         return Response(ledger_verification())
 
     @extend_schema(summary="Get the newest checkpoint", responses={

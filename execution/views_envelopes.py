@@ -8,10 +8,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agp_project import errors
 from agp_project.http.prefer import EXECUTE, execution_mode, parse_prefer
 from agp_project.http.schema import ErrorEnvelopeSerializer, example, read_views
-from agp_project.http.viewsets import AGPViewSet, CreateMixin
+from agp_project.http.viewsets import AGPViewSet, CreateMixin, query_params
 from auth_tokens.permissions import holds_scope
 
 from . import api_docs
@@ -126,9 +125,6 @@ class ReplayView(APIView):
                    404: OpenApiResponse(ErrorEnvelopeSerializer, description="No accepted action with this id.")},
     )
     def get(self, request, action_id: str):
-        unknown = sorted(set(request.query_params) - set(self.allowed_params))
-        if unknown:
-            raise errors.invalid_fields({name: ["Unknown query parameter."] for name in unknown},
-                                        "Unknown query parameters.")
-        return Response(replay_action(action_id=action_id, policy_set_id=request.query_params.get("policy_set_id"),
+        params = query_params(request, self.allowed_params)
+        return Response(replay_action(action_id=action_id, policy_set_id=params.get("policy_set_id"),
                                       any_policy_set=holds_scope(request, WHAT_IF_SCOPE)))

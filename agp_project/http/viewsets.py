@@ -17,6 +17,19 @@ MAX_LIMIT = 200
 PAGING_PARAMS = ("limit", "cursor")
 
 
+def query_params(request, allowed) -> dict[str, str]:
+    """The request's query parameters, each known and given once; anything else is a 400
+    naming it (a repeated one is ambiguous: one reader takes the first, another the last)."""
+    params = request.query_params
+    unknown = {name: ["Unknown query parameter."] for name in sorted(set(params) - set(allowed))}
+    repeated = {name: ["Given more than once."] for name in sorted(params)
+                if name not in unknown and len(params.getlist(name)) > 1}
+    if unknown or repeated:
+        raise errors.invalid_fields({**unknown, **repeated},
+                                    "Unknown query parameters." if unknown else "Repeated query parameters.")
+    return {name: params[name] for name in params}
+
+
 def encode_cursor(pk: int) -> str:
     return base64.urlsafe_b64encode(f"v1:{pk}".encode()).decode().rstrip("=")
 
@@ -139,11 +152,7 @@ class AGPViewSet(viewsets.GenericViewSet):
         return serializer.validated_data
 
     def filter_queryset_from_params(self, queryset):
-        params = self.request.query_params
-        unknown = sorted(set(params) - set(PAGING_PARAMS) - set(self.filter_fields))
-        if unknown:
-            raise errors.invalid_fields({name: ["Unknown query parameter."] for name in unknown},
-                                        "Unknown query parameters.")
+        params = query_params(self.request, (*PAGING_PARAMS, *self.filter_fields))
         lookups = {self.filter_fields[name]: params[name] for name in params if name in self.filter_fields}
         return queryset.filter(**lookups)
 

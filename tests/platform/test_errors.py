@@ -91,6 +91,23 @@ def test_it_rejects_bad_list_parameters(api, query, field):
     assert list(error["details"]["fields"]) == [field]
 
 
+@pytest.mark.parametrize("path", [
+    "/agp/ledger-events?actor=a&actor=b", "/agp/ledger-events?limit=1&limit=2",
+    "/agp/ledger-events/consistency?first=1&first=2", "/agp/ledger-events/1/proof?tree_size=1&tree_size=2",
+    "/agp/replay/act-1?policy_set_id=a&policy_set_id=b"])
+def test_a_query_parameter_given_twice_is_a_400_naming_it(api, path):
+    # One reader would take the first, another the last: which one was meant is unknown.
+    error = assert_envelope(api.get(path), 400, "AGP_INVALID_REQUEST")
+    assert list(error["details"]["fields"].values()) == [["Given more than once."]]
+
+
+@pytest.mark.parametrize("path", ["/agp/ledger-events/verify?x=1", "/agp/ledger-events/checkpoint?x=1",
+                                  "/agp/replay/act-1?x=1"])
+def test_an_unknown_query_parameter_is_a_400_on_every_ledger_and_replay_read(api, path):
+    error = assert_envelope(api.get(path), 400, "AGP_INVALID_REQUEST")
+    assert error["details"]["fields"] == {"x": ["Unknown query parameter."]}
+
+
 # --- 401 / 403 -------------------------------------------------------------------------------
 
 def test_it_requires_a_token_when_authentication_is_on(auth_settings, api):
