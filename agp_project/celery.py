@@ -32,6 +32,9 @@ app.autodiscover_tasks()
 # Tasks an operator is waiting on: they go to the control queue beside the default one
 # (settings: CELERY_TASK_QUEUES), which every worker consumes and takes turns with, so they
 # start as soon as a worker process is free rather than behind every queued operation.
+# By name: registry.choices.FREEZE_TASK lives in an app above this package, which may not
+# import it. The router is a function, not a settings dict, because the queue it names
+# follows the default queue of the moment (tests point the app at a queue of their own).
 CONTROL_TASKS = frozenset({"agp.enforce_freeze"})
 
 

@@ -58,12 +58,31 @@ def as_double(value: Decimal) -> float | None:
     return None
 
 
-def doubles_around(value: Decimal) -> tuple[float, float]:
-    """The two adjacent IEEE doubles ``value`` lies between (for a value no double holds)."""
-    nearest = float(value)
-    if Decimal(nearest) < value:
-        return nearest, math.nextafter(nearest, math.inf)
-    return math.nextafter(nearest, -math.inf), nearest
+# Integers a reader of JSON numbers as IEEE doubles holds exactly, whatever it does past them.
+DOUBLE_EXACT_INTEGERS = 2**53
+
+
+def changed_as_double(value: Any) -> tuple[str, Any] | None:
+    """The first number with a fraction or an exponent (a ``Decimal``) in ``value`` that a reader
+    of JSON numbers as IEEE doubles would not read as written, compared with numbers written
+    as decimals: ``(dotted path, number)``, or None. Plain integers are left to canonical
+    JSON, which refuses them past 2^53. Kept: whole numbers within +-2^53, and the shortest
+    decimal form of a double (``0.1``, ``25.5``): two different such forms are two different
+    doubles, in the same order. Changed: ``100.0000000000000000001`` (read as 100),
+    ``0.9499999999999999999`` (read as the double ``0.95`` is read as), ``18446744073709551617.0``.
+    """
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, Decimal):
+            if not (item == item.to_integral_value() and abs(item) <= DOUBLE_EXACT_INTEGERS) \
+                    and as_double(item) is None:
+                return _path(path), item
+        elif isinstance(item, dict):
+            stack.extend((member, (*path, key)) for key, member in item.items())
+        elif isinstance(item, list):
+            stack.extend((member, (*path, index)) for index, member in enumerate(item))
+    return None
 
 
 def digits_written_out(value: Decimal) -> int:
@@ -92,7 +111,8 @@ def _integer(text: str) -> int:
     """``parse_int``: an integer of at most ``MAX_NUMBER_DIGITS`` digits. Checked on the text:
     Python refuses to read one past 4,300 digits with a ValueError that is no JSON error."""
     if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
-        raise JSONInputError(f"The number {text[:50]}... has more than {MAX_NUMBER_DIGITS} digits written out.")
+        raise JSONInputError(f"The number {text[:50]}{'...' if len(text) > 50 else ''} has more than "
+                             f"{MAX_NUMBER_DIGITS} digits written out.")
     return int(text)
 
 

@@ -344,14 +344,14 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
             from_state=operation.status, to_state=status, allowed=[],
             message=(f"Operation {operation_id!r} is {operation.status} and does not wait for an external "
                      f"executor's receipt."))
+    if started_at and completed_at and completed_at < started_at:
+        raise errors.invalid_fields({"completed_at": ["Must not be earlier than started_at."]})
     envelope = operation.envelope
     # C13: a freeze stops an operation that awaits its receipt. The freeze's own task cancels
     # it; until it has, the receipt is refused here all the same (fail closed).
     refuse_frozen(acting=f"the receipt of operation {operation_id!r}", agent_id=envelope.agent_id,
                   tool_id=envelope.tool_id,
                   root_principal=Subquery(Task.objects.filter(task_id=envelope.task_id).values("root_principal")[:1]))
-    if started_at and completed_at and completed_at < started_at:
-        raise errors.invalid_fields({"completed_at": ["Must not be earlier than started_at."]})
     result = result or {}
     error = None
     if status == ReceiptStatus.FAILED:

@@ -87,7 +87,8 @@ class OperationViewSet(AGPViewSet):
 
 @documented(ReceiptSerializer, api_docs.RECEIPTS, create={
     409: "AGP_CONFLICT: the receipt id exists; AGP_INVALID_TRANSITION: the operation does not wait for a receipt "
-         "(not external, not running, or already ended)."})
+         "(not external, not running, or already ended); AGP_FROZEN: a freeze of the agent, the task's root "
+         "principal, the tool or everything stands (the operation is being cancelled)."})
 class ReceiptViewSet(CreateMixin, AGPViewSet):
     """Signed receipts of executed operations; ``POST`` completes an ``external`` operation."""
 

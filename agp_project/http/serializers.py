@@ -11,7 +11,7 @@ from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
 from agp_project.ids import ID_PATTERN
 
 # The date, "T" or a space, a time, and its zone: "Z" or an offset.
-ZONED_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})$")
+ZONED_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})")
 
 
 def _json_kind(value) -> type:
@@ -40,7 +40,7 @@ def json_type_problem(field: serializers.Field, value) -> str | None:
     if isinstance(field, serializers.DateTimeField):
         # A date-time without its zone ("2030-01-01", "2030-01-01T00:00:00") would be read in
         # the server's zone: an expiry hours off for a client that meant its own.
-        if isinstance(value, str) and ZONED_DATETIME.match(value):
+        if isinstance(value, str) and ZONED_DATETIME.fullmatch(value):
             return None
         return "Must be an ISO 8601 date-time with its zone, such as 2030-01-01T00:00:00Z."
     if isinstance(field, (serializers.CharField, serializers.DateField)):

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from agp_project import errors
 from agp_project.canonical import action_document
+from agp_project.exactjson import changed_as_double, decimal_text
 from agp_project.ids import new_id
 from agp_project.timeutil import iso
 from core import engine
@@ -40,6 +41,22 @@ def policy_evaluation_input(*, input: dict[str, Any], action: dict[str, Any] | N
     return {**input, "action": action} if action is not None else input
 
 
+def _refuse_numbers_the_engine_changes(rego_input: dict[str, Any]) -> None:
+    """400 for a number the engine would not compare as written. regorus reads numbers as
+    IEEE doubles: ``100.0000000000000000001 > 100`` would be false there, and a deny rule
+    would let the action through. Refused under OPA too, so an evaluation means the same
+    under both engines (docs/decisions/exact-json.md)."""
+    changed = changed_as_double(rego_input)
+    if changed is None:
+        return
+    path, number = changed
+    text = decimal_text(number)
+    field = path if path.split(".", 1)[0] == "action" else f"input.{path}"
+    raise errors.invalid_fields({field: [
+        f"{text} cannot be compared exactly by the policy engine, which reads numbers as IEEE 754 doubles "
+        f"({float(number)!r}). Send at most 15 significant digits, an integer within 2^53, or a string."]})
+
+
 def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, agent_id: str,
                              input: dict[str, Any], action: dict[str, Any] | None = None,
                              evaluation_id: str | None = None, created_at: datetime | None = None) -> PolicyEvaluation:
@@ -67,6 +84,7 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
                 "input.action is set by the service from the request's action: send one or the other."]})
         action = action_document(**action)
     rego_input = policy_evaluation_input(input=input, action=action)
+    _refuse_numbers_the_engine_changes(rego_input)
     # The set and its active shadows (C14) in one query.
     sets = list(PolicySet.objects.filter(Q(policy_set_id=policy_set_id)
                                          | Q(shadow_of_id=policy_set_id, status=PolicySetStatus.ACTIVE))

@@ -11,6 +11,7 @@ process (``operation_execute``, what the worker runs). It returns the ids.
 """
 
 from datetime import timedelta
+from decimal import Decimal
 
 from django.utils import timezone
 
@@ -24,8 +25,10 @@ def _created(response) -> dict:
     return response.json()
 
 
-def make_executed_action(api, *, execute: bool = True, parameters: dict | None = None) -> dict:
-    """``parameters``: the refund's (default ``{"amount": 50, "currency": "USD"}``), evaluated and submitted."""
+def make_executed_action(api, *, execute: bool = True, parameters: dict | None = None,
+                         root_spend_limit: Decimal | int = 1000) -> dict:
+    """``parameters``: the refund's (default ``{"amount": 50, "currency": "USD"}``), evaluated and
+    submitted. ``root_spend_limit``: the root link's, in USD."""
     parameters = {"amount": 50, "currency": "USD"} if parameters is None else parameters
     suffix = new_id("w")[2:].lower()
     root, orchestrator, agent = f"principal-{suffix}", f"orchestrator-{suffix}", f"agent-{suffix}"
@@ -36,7 +39,7 @@ def make_executed_action(api, *, execute: bool = True, parameters: dict | None =
 
     post("/agp/delegations", {"root_principal": root, "delegator_agent": root, "delegate_agent": orchestrator,
                               "authority_scope": ["payments:*"], "expires_at": later,
-                              "constraints": {"spend_limit": {"currency": "USD", "amount": 1000},
+                              "constraints": {"spend_limit": {"currency": "USD", "amount": root_spend_limit},
                                               "max_hops_remaining": 3}})
     child = post("/agp/delegations", {"root_principal": root, "delegator_agent": orchestrator,
                                       "delegate_agent": agent, "authority_scope": ["payments:refund"],
