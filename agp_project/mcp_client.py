@@ -168,23 +168,36 @@ class _CappedStream(httpx2.AsyncByteStream):
 class PinnedTransport(httpx2.AsyncBaseTransport):
     """Sends each request to the address the SSRF guard vetted, and only for the guarded host.
 
-    With ``AGP_ALLOW_PRIVATE_URLS`` the guard vets no address; requests then resolve as usual.
+    Several vetted addresses are tried in order, the next only when no connection could be
+    made to the one before (as ``agp_project.net.PinnedAdapter``). With
+    ``AGP_ALLOW_PRIVATE_URLS`` the guard vets no address; requests then resolve as usual.
     """
 
     def __init__(self, guarded: GuardedURL):
         self.host = httpx2.URL(guarded.url).host
-        self.address = str(guarded.addresses[0]) if guarded.addresses else None
+        self.addresses = [str(address) for address in guarded.addresses]
         self.inner = httpx2.AsyncHTTPTransport(trust_env=False)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if request.url.host != self.host:
             raise UnsafeURL(f"a request to {request.url.host!r} left the guarded host {self.host!r}")
-        if self.address is not None:
-            if request.url.scheme == "https":
-                # Certificate checks and SNI stay on the name, not on the address.
-                request.extensions = {**request.extensions, "sni_hostname": self.host}
-            request.url = request.url.copy_with(host=self.address)
-        response = await self.inner.handle_async_request(request)
+        if not self.addresses:
+            return self._capped(await self.inner.handle_async_request(request))
+        if request.url.scheme == "https":
+            # Certificate checks and SNI stay on the name, not on the address.
+            request.extensions = {**request.extensions, "sni_hostname": self.host}
+        named = request.url
+        for address in self.addresses[:-1]:
+            request.url = named.copy_with(host=address)
+            try:
+                return self._capped(await self.inner.handle_async_request(request))
+            except (httpx2.ConnectError, httpx2.ConnectTimeout):
+                continue  # nothing was sent: the next address
+        request.url = named.copy_with(host=self.addresses[-1])
+        return self._capped(await self.inner.handle_async_request(request))
+
+    @staticmethod
+    def _capped(response: httpx2.Response) -> httpx2.Response:
         return httpx2.Response(status_code=response.status_code, headers=response.headers,
                                stream=_CappedStream(response.stream, MAX_RESPONSE_BYTES),
                                extensions=response.extensions)

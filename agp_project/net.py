@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import requests
 from django.conf import settings
 from requests.adapters import HTTPAdapter
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from agp_project import errors
 
@@ -131,13 +132,29 @@ class PinnedAdapter(HTTPAdapter):
     check and a DNS answer that changes in between (DNS rebinding) is never used. The
     ``Host`` header carries the name, and for https the TLS server name (SNI) and the
     certificate check stay on the name (``server_hostname``). Where the name had several
-    addresses (all vetted), the first is used. With ``AGP_ALLOW_PRIVATE_URLS`` the guard
-    vets no address: requests then resolve as usual.
+    addresses (all vetted), they are tried in the resolver's order, the next only when no
+    connection could be made to the one before (nothing was sent: a tool never receives a
+    request twice); an IPv6 address first on a host without an IPv6 route no longer fails
+    the call. With ``AGP_ALLOW_PRIVATE_URLS`` the guard vets no address: requests then
+    resolve as usual.
     """
 
     def __init__(self, guarded: GuardedURL):
         super().__init__(max_retries=0)
         self.guarded = guarded
+        self.address = guarded.addresses[0] if guarded.addresses else None
+
+    def send(self, request, **kwargs):
+        for address in self.guarded.addresses[:-1]:
+            self.address = address
+            try:
+                return super().send(request, **kwargs)
+            except requests.ConnectionError as exc:
+                if not not_connected(exc):
+                    raise
+        if self.guarded.addresses:
+            self.address = self.guarded.addresses[-1]
+        return super().send(request, **kwargs)
 
     def build_connection_pool_key_attributes(self, request, verify, cert=None):
         host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
@@ -145,8 +162,8 @@ class PinnedAdapter(HTTPAdapter):
         port = host_params["port"] or (443 if scheme == "https" else 80)
         if (host, port) != (self.guarded.host, self.guarded.port):
             raise UnsafeURL(f"a request to {host!r} left the guarded host {self.guarded.host!r}")
-        if self.guarded.addresses:
-            host_params["host"] = str(self.guarded.addresses[0])
+        if self.address is not None:
+            host_params["host"] = str(self.address)
             if scheme == "https":
                 pool_kwargs["server_hostname"] = self.guarded.host
         return host_params, pool_kwargs
@@ -154,6 +171,15 @@ class PinnedAdapter(HTTPAdapter):
     def add_headers(self, request, **kwargs):
         if self.guarded.addresses:
             request.headers["Host"] = urlsplit(request.url).netloc.rpartition("@")[2]
+
+
+def not_connected(exc: requests.ConnectionError) -> bool:
+    """Whether ``exc`` says no connection was made (refused, unreachable, connect timeout): the
+    request was not sent, so another address may be tried."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    cause = exc.args[0] if exc.args else None
+    return isinstance(cause, MaxRetryError) and isinstance(cause.reason, NewConnectionError)
 
 
 def guarded_session(guarded: GuardedURL) -> requests.Session:

@@ -213,6 +213,15 @@ def test_a_rebound_name_still_reaches_only_the_vetted_address(mcp_servers):
     assert server.events() == []
 
 
+def test_an_address_that_refuses_the_connection_gives_way_to_the_next_vetted_one(mcp_servers):
+    server = mcp_servers.start()
+    url = f"http://{REBOUND_HOST}:{server.port}/mcp"
+    guarded = GuardedURL(url, REBOUND_HOST, server.port,
+                         (ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")))
+
+    assert sdk_listing(url, PinnedTransport(guarded)) == ["lookup_customer", "issue_refund", "wait"]
+
+
 def test_the_transport_refuses_a_request_for_another_host():
     guarded = GuardedURL("http://tools.example/mcp", "tools.example", 80, (ipaddress.ip_address("93.184.215.14"),))
 

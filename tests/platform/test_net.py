@@ -120,6 +120,38 @@ def test_it_connects_to_the_vetted_address_and_never_asks_dns_about_the_name_aga
     assert "rebound.example" not in asked
 
 
+def test_an_address_that_refuses_the_connection_gives_way_to_the_next_vetted_one(receiver):
+    # The name had two vetted addresses and nothing listens on the first (an IPv6 address on
+    # a host without an IPv6 route fails the same way): the request goes to the second, once.
+    port = receiver.server.server_address[1]
+    guarded = GuardedURL(url=f"http://tool.example:{port}/hook", host="tool.example", port=port,
+                         addresses=(ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")))
+    with guarded_session(guarded) as session:
+        response = session.post(guarded.url, data=b'{"a":1}', timeout=2, allow_redirects=False)
+    assert response.status_code == 200
+    [request] = receiver.requests
+    assert request.headers["Host"] == f"tool.example:{port}" and request.body == b'{"a":1}'
+
+
+def test_a_request_that_reached_an_address_is_never_sent_to_another():
+    # The first address accepts and never answers; the second would answer. The call times out:
+    # the tool may have acted on what the first one received.
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    other = socket.create_server(("127.0.0.3", port))
+    other.settimeout(0.5)
+    guarded = GuardedURL(url=f"http://tool.example:{port}/hook", host="tool.example", port=port,
+                         addresses=(ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("127.0.0.3")))
+    try:
+        with guarded_session(guarded) as session, pytest.raises(requests.ReadTimeout):
+            session.post(guarded.url, data=b"{}", timeout=(2, 0.5))
+        with pytest.raises(TimeoutError):
+            other.accept()
+    finally:
+        silent.close()
+        other.close()
+
+
 def test_a_guarded_session_calls_no_other_host(receiver):
     port = receiver.server.server_address[1]
     guarded = GuardedURL(url=f"http://tool.example:{port}/hook", host="tool.example", port=port,
