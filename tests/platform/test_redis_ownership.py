@@ -3,9 +3,12 @@ database, its own included, as it found it (tests/redis_server.py)."""
 
 import os
 import re
+import signal
 import subprocess
 import sys
+from urllib.parse import urlsplit
 
+import pytest
 import redis
 from django.conf import settings
 
@@ -67,6 +70,7 @@ def sub_run_database_url() -> str | None:
 
 
 def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
+    database_url = sub_run_database_url()
     server = RedisServer(tmp_path / "redis").start()
     try:
         for db, tag in ((0, "someone"), (9, "someone-else"), (OWNED, "already-there")):
@@ -76,20 +80,39 @@ def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
 
         env = {key: value for key, value in os.environ.items() if key not in ("AGP_DATABASE_URL", "PYTEST_ADDOPTS")}
         env["AGP_REDIS_TEST_URL"] = server.url(OWNED)
-        database_url = sub_run_database_url()
         if database_url:
             env["AGP_DATABASE_URL"] = database_url
-        # The tests that use Redis (they are marked redis), in a run of their own.
-        run = subprocess.run(
-            # In two processes, as scripts/test runs them: both share the owned database.
+        # The tests that use Redis (they are marked redis), in a run of their own: in two
+        # processes, as scripts/test runs them (both share the owned database), in a session
+        # of its own, so that a run past its time is stopped with every server it started.
+        run = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-n", "2", "-m", "redis", "-q", "-p", "no:cacheprovider",
              f"--basetemp={tmp_path / 'sub-run'}", *(f"--ignore={path}" for path in BROKER_ONLY_HEAVY)],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
-        summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr
-        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        try:
+            stdout, stderr = run.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            stdout, stderr = run.communicate()
+            pytest.fail("the sub-run took more than 600 s:\n" + stdout[-6000:] + stderr[-3000:])
+        summary = stdout.strip().splitlines()[-1] if stdout.strip() else stderr
+        assert run.returncode == 0, stdout[-6000:] + stderr[-3000:]
         assert int(re.search(r"(\d+) passed", summary).group(1)) >= 4, summary
 
         assert writes(server) - writes_before > 0, "the run wrote nothing to Redis: it proves nothing"
         assert snapshot(server) == before
     finally:
         server.stop()
+        if database_url:
+            drop_test_database(database_url)
+
+
+def drop_test_database(url: str) -> None:
+    """pytest-django's ``test_<name>`` of the sub-run, in case the run was stopped before it could."""
+    import psycopg
+    from psycopg import sql
+
+    name = "test_" + urlsplit(url).path.lstrip("/")
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
