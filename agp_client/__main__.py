@@ -7,7 +7,6 @@ signed it), 1 naming the first thing that does not, 2 when the file cannot be re
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ def _load(path: str, what: str):
     try:
         # Numbers exact, as the service wrote them: hashes and signatures are over that form.
         return numbers.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or ambiguous JSON (a member named twice)
         raise SystemExit(f"cannot read the {what} {path}: {exc}") from None
 
 

@@ -17,7 +17,19 @@ _INT_LIMIT = 2**53 - 1
 
 
 def loads(text: str | bytes) -> Any:
-    return json.loads(text, parse_float=Decimal)
+    """Parse JSON, fractions as Decimals; a member name given twice in one object is a
+    ``ValueError``: one reader would take the first, another the last, so the document would
+    say two things (the service refuses such bodies too)."""
+    return json.loads(text, parse_float=Decimal, object_pairs_hook=_unique_members)
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        names = [name for name, _ in pairs]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"the member name(s) {', '.join(map(repr, twice))} appear more than once in one object")
+    return result
 
 
 def decimal_text(value: Decimal) -> str:

@@ -159,16 +159,19 @@ def ledger_batch():
 TRAIL_RESOURCES = {"task_id": "Task", "action_id": "ActionEnvelope"}
 
 
-def event_trail(*, resource_type: str, resource_id: str, payload: dict[str, Any]) -> dict[str, str | None]:
+def event_trail(*, resource_type: str, resource_id: str, payload: dict[str, Any],
+                from_payload: bool = True) -> dict[str, str | None]:
     """The task and action an event belongs to (CONTRACT C12): its payload's ``task_id`` and
     ``action_id`` members, or its own resource's id for a task's or an envelope's event.
 
     Stored beside the chained fields, as an index: the payload, which the chain covers,
-    holds what they say (verification compares them).
+    holds what they say. ``from_payload=False`` (a client's own event): only through its
+    resource, since a client's payload may name any action, and an action's trail and
+    evidence hold only events about its own records.
     """
     trail = {}
     for name, own in TRAIL_RESOURCES.items():
-        value = payload.get(name)
+        value = payload.get(name) if from_payload else None
         if not isinstance(value, str) or not value:
             value = resource_id if resource_type == own else None
         trail[name] = value
@@ -187,13 +190,14 @@ class _Event:
 
     @classmethod
     def of(cls, *, event_type: str, resource_type: str, resource_id: str, actor: str, payload: dict[str, Any],
-           event_id: str | None = None, payload_json: bytes | None = None) -> "_Event":
+           event_id: str | None = None, payload_json: bytes | None = None, trail_from_payload: bool = True) -> "_Event":
         payload_json = canonical_json(payload) if payload_json is None else payload_json
         fields = {"event_id": event_id or new_id("evt"), "event_type": event_type, "resource_type": resource_type,
                   "resource_id": resource_id, "actor": actor, "payload_hash": bytes_hash(payload_json)}
         return cls(fields=fields, payload=payload, payload_text=payload_json.decode("utf-8"),
                    recorded=datetime.now(UTC),
-                   trail=event_trail(resource_type=resource_type, resource_id=resource_id, payload=payload))
+                   trail=event_trail(resource_type=resource_type, resource_id=resource_id, payload=payload,
+                                     from_payload=trail_from_payload))
 
     @property
     def prefix(self) -> str:
@@ -483,7 +487,8 @@ def ledger_append_client_event(*, event_type: str, resource_type: str, resource_
     try:
         with transaction.atomic():
             return _append(_Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                                     actor=actor, payload=payload, event_id=event_id, payload_json=payload_json))
+                                     actor=actor, payload=payload, event_id=event_id, payload_json=payload_json,
+                                     trail_from_payload=False))
     except IntegrityError:
         if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
             raise errors.duplicate_id("ledger event", "event_id", event_id) from None

@@ -125,7 +125,13 @@ def action_evidence(*, action_id: str, request=None) -> dict[str, Any]:
     if envelope is None:
         raise errors.NotFound(f"No accepted action envelope with id {action_id!r}.")
     records = _records(envelope, request)
-    events = list(action_ledger_events(action_id=action_id))
+    # Only the events about the action's own records, as the verifier checks them: a row of the
+    # trail's index about anything else (a client event indexed by what its payload named)
+    # would make the bundle fail verification.
+    own = {action_id} | {record[key] for record, key in ((records["operation"], "operation_id"),
+                                                         (records["receipt"], "receipt_id"),
+                                                         (records["payment"], "payment_id")) if record}
+    events = [event for event in action_ledger_events(action_id=action_id) if event.resource_id in own]
     checkpoint = _checkpoint_covering(events[-1].sequence)
     proofs = ledger_inclusion_proofs(sequences=[event.sequence for event in events], tree_size=checkpoint.tree_size)
     signer = get_signer()

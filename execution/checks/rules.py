@@ -197,7 +197,7 @@ def check_capability(*, capability: Capability | None, skill: Skill | None, dele
     elif skill.connector == "mcp":
         # C16: the operations are tools the skill pinned at registration.
         granted = (capability.operations or []) if capability is not None else []
-        problem = mcp_pins_problem(skill.tool_pins, [*granted, inputs.operation])
+        problem = mcp_pins_problem(skill.tool_pins, granted, called=inputs.operation)
         if problem:
             problems.append(f"skill {skill.skill_id!r}: {problem}")
     if problems:
@@ -221,6 +221,16 @@ def check_decision(*, decision, inputs: EnvelopeInputs) -> Outcome:
             problems.append(f"decision {decision.decision_id!r} is {decision.status}, not finalised")
         if decision.outcome != "approve":
             problems.append(f"decision {decision.decision_id!r} has outcome {decision.outcome!r}, not approve")
+        # C12: a decision (and the approvals and assessments that count through it) is about the
+        # action of the evaluation it was made on; cited beside another evaluation, it is not
+        # about this action.
+        if decision.policy_evaluation_id is None:
+            problems.append(f"decision {decision.decision_id!r} names no policy evaluation, so it was made for no "
+                            f"action")
+        elif decision.policy_evaluation_id != inputs.policy_decision_ref:
+            problems.append(f"decision {decision.decision_id!r} was made on policy evaluation "
+                            f"{decision.policy_evaluation_id!r}, not the envelope's {inputs.policy_decision_ref!r}: "
+                            f"it is about another action")
     if problems:
         return Outcome.fail("decision", *problems)
     return Outcome.ok("decision", f"decision {decision.decision_id!r} is finalised with outcome approve")

@@ -15,6 +15,7 @@ from decision import backtests as backtests_module
 from decision.backtests import backtest_run
 from decision.models import Backtest, PolicyEvaluation
 from execution.selectors import action_ids_citing
+from tests.decision.factories import make_decision
 from tests.execution.factories import RULESET, make_policy_set, make_world
 from tests.execution.worker import ledger_event_types, submit_async
 from tests.registry.test_policy_sets_api import SPINS_ON_DEMAND
@@ -169,7 +170,9 @@ def test_it_re_evaluates_the_window_and_stores_the_summary_and_the_changes(api):
     newly_allowed = PolicyEvaluation.objects.filter(pk=record(world, 10).pk)
     newly_allowed.update(allowed=False, result={"allow": False, "require_approval": False, "reasons": ["x"]})
     errored = record(world, 10, divisor=0)
-    envelope = submit_async(api, world.envelope_request(policy_decision_ref=newly_denied.evaluation_id))
+    decision = make_decision(task=world.task, agent_id=world.agent_id, status="finalised", evaluation=newly_denied)
+    envelope = submit_async(api, world.envelope_request(policy_decision_ref=newly_denied.evaluation_id,
+                                                        decision_ref=decision.decision_id))
     evaluations_before, events_before = PolicyEvaluation.objects.count(), LedgerEvent.objects.count()
     operation = start(api, policy_set_id=candidate.policy_set_id)
 

@@ -163,14 +163,25 @@ class World:
 
     def evaluation_bound_to(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` citing a new policy evaluation, like the world's, made for exactly its
-        action (CONTRACT C12): for tests that vary the envelope's action to test another check."""
+        action (CONTRACT C12): for tests that vary the envelope's action to test another check.
+
+        When ``body`` cites the world's decision, it cites instead a twin of it made on the new
+        evaluation, with twins of the decision's assessments, approvals and escalations as they
+        are now: a decision is about the action of the evaluation it was made on (check 4).
+        """
         action = action_document(tool_id=body["tool_id"], operation=body["operation"],
                                  parameters=body.get("parameters"))
-        evaluation = PolicyEvaluation.objects.get(pk=self.evaluation.pk)
-        evaluation.pk, evaluation.evaluation_id = None, new_id("pe")
-        evaluation.action, evaluation.action_hash = action, content_hash(action)
-        evaluation.save(force_insert=True)
-        return {**body, "policy_decision_ref": evaluation.evaluation_id}
+        evaluation = _twin(PolicyEvaluation.objects.get(pk=self.evaluation.pk), "evaluation_id", "pe",
+                           action=action, action_hash=content_hash(action))
+        body = {**body, "policy_decision_ref": evaluation.evaluation_id}
+        if body.get("decision_ref") != self.decision.decision_id:
+            return body
+        decision = _twin(Decision.objects.get(pk=self.decision.pk), "decision_id", "dec", policy_evaluation=evaluation)
+        for model, id_field, prefix in ((ImpactAssessment, "assessment_id", "ia"), (Approval, "approval_id", "apr"),
+                                        (Escalation, "escalation_id", "esc")):
+            for row in model.objects.filter(decision=self.decision).order_by("pk"):
+                _twin(row, id_field, prefix, decision=decision)
+        return {**body, "decision_ref": decision.decision_id}
 
     def bound_request(self, **overrides) -> dict[str, Any]:
         """``envelope_request(**overrides)`` citing an evaluation made for its action."""
@@ -184,6 +195,16 @@ class World:
             if record is not None:
                 record.refresh_from_db()
         return self
+
+
+def _twin(row, id_field: str, prefix: str, **changes):
+    """A copy of ``row`` under a new id, with ``changes``, inserted as it is (statuses included)."""
+    row.pk = None
+    setattr(row, id_field, new_id(prefix))
+    for name, value in changes.items():
+        setattr(row, name, value)
+    row.save(force_insert=True)
+    return row
 
 
 def make_world(action_class: str = "read", risk_level: str = "low", **overrides) -> World:

@@ -115,9 +115,10 @@ def test_an_evaluation_cited_for_another_action_fails_check_five(api, evaluated,
     body = world.envelope_request()
     evaluation = evaluate(api, world, action={**action_of(body), **evaluated})
     assert evaluation["result"]["allow"] is True  # allowed: but for another action
+    decision = decide(api, world, evaluation)  # made on that evaluation: only check 5 is left to refuse
 
     for prefer in ({}, {"HTTP_PREFER": "respond-async"}):
-        cited = {**body, "action_id": f"{body['action_id']}-{len(prefer)}",
+        cited = {**body, "action_id": f"{body['action_id']}-{len(prefer)}", "decision_ref": decision["decision_id"],
                  "policy_decision_ref": evaluation["evaluation_id"]}
         failed = refused(api.post(URL, cited, format="json", **prefer))
 
@@ -131,7 +132,8 @@ def test_an_evaluation_made_for_no_action_clears_none(api):
     evaluation = evaluate(api, world, action=None)
     assert evaluation["action"] is None and evaluation["action_hash"] is None
 
-    body = world.envelope_request(policy_decision_ref=evaluation["evaluation_id"])
+    body = world.envelope_request(policy_decision_ref=evaluation["evaluation_id"],
+                                  decision_ref=decide(api, world, evaluation)["decision_id"])
     failed = refused(api.post(URL, body, format="json", HTTP_PREFER="respond-async"))
 
     assert failed == {"policy_evaluation": f"policy evaluation {evaluation['evaluation_id']!r} was evaluated for "
@@ -143,9 +145,10 @@ def test_an_evaluation_made_for_exactly_the_envelope_s_action_clears_it(api):
     world = make_world()
     body = world.envelope_request()
     evaluation = evaluate(api, world, action=action_of(body))
+    decision = decide(api, world, evaluation)
 
-    response = api.post(URL, {**body, "policy_decision_ref": evaluation["evaluation_id"]}, format="json",
-                        HTTP_PREFER="respond-async")
+    response = api.post(URL, {**body, "policy_decision_ref": evaluation["evaluation_id"],
+                              "decision_ref": decision["decision_id"]}, format="json", HTTP_PREFER="respond-async")
 
     assert response.status_code == 202, response.json()
     envelope = ActionEnvelope.objects.get(action_id=body["action_id"])
@@ -180,11 +183,13 @@ def test_an_evaluation_for_an_internal_recipient_does_not_send_to_an_external_on
         "policy_evaluation": f"policy evaluation {to_alice['evaluation_id']!r} was evaluated for another action "
                              f"(parameters not the envelope's)"}
     assert_nothing_accepted(leak["action_id"])
-    # Citing the evaluation really made for it: the policy's own denial.
+    # Citing the evaluation really made for it: the policy's own denial (and the decision, made
+    # on the evaluation for alice, is not about this action).
     honest = {**leak, "action_id": leak["action_id"] + "-2", "policy_decision_ref": to_leak["evaluation_id"]}
-    assert refused(api.post(URL, honest, format="json", HTTP_PREFER="respond-async")) == {
-        "policy_evaluation": f"policy evaluation {to_leak['evaluation_id']!r} did not allow the action "
-                             f"(e-mail to an external recipient)"}
+    failed = refused(api.post(URL, honest, format="json", HTTP_PREFER="respond-async"))
+    assert failed["policy_evaluation"] == (f"policy evaluation {to_leak['evaluation_id']!r} did not allow the action "
+                                           f"(e-mail to an external recipient)")
+    assert failed["decision"].endswith("it is about another action")
     assert_nothing_accepted(honest["action_id"])
 
     # The allowed twin runs, and its receipt says which evaluation of which action cleared it.
@@ -216,8 +221,10 @@ def test_an_evaluation_of_amount_ten_does_not_clear_a_transact_of_five_thousand(
                              action={"tool_id": "payments", "operation": "pay", "parameters": large})
     assert ten["result"]["allow"] is True
     assert five_thousand["result"] == {"allow": False, "require_approval": False, "reasons": ["amount over 1000"]}
+    decision = decide(api, world, ten)
 
-    spend = world.envelope_request(parameters=large, policy_decision_ref=ten["evaluation_id"])
+    spend = world.envelope_request(parameters=large, policy_decision_ref=ten["evaluation_id"],
+                                   decision_ref=decision["decision_id"])
     assert refused(api.post(URL, spend, format="json", HTTP_PREFER="respond-async")) == {
         "policy_evaluation": f"policy evaluation {ten['evaluation_id']!r} was evaluated for another action "
                              f"(parameters not the envelope's)"}
@@ -227,7 +234,7 @@ def test_an_evaluation_of_amount_ten_does_not_clear_a_transact_of_five_thousand(
 
     # The amount it was made for goes through, and exactly that is spent.
     small = world.envelope_request(parameters={"amount": 10, "currency": "USD"},
-                                   policy_decision_ref=ten["evaluation_id"])
+                                   policy_decision_ref=ten["evaluation_id"], decision_ref=decision["decision_id"])
     accepted = api.post(URL, small, format="json", HTTP_PREFER="respond-async")
     assert accepted.status_code == 202, accepted.json()
     assert run(accepted.json()["operation_id"]) == "succeeded"
@@ -268,7 +275,9 @@ def test_an_agent_citing_another_agent_s_task_decision_and_approval_fails_every_
     ("decision", {"decision": ["is for another task", "belongs to agent"],
                   # A's assessment is of A's decision and A's task: it does not count for B's.
                   "impact_assessment": ["needs an impact assessment"]}),
-    ("evaluation", {"policy_evaluation": ["is for another task", "belongs to agent"]}),
+    # B's own decision was made on B's evaluation: beside A's, it is about another action.
+    ("evaluation", {"decision": ["about another action"], "policy_evaluation": ["is for another task",
+                                                                               "belongs to agent"]}),
     ("decision and evaluation", {"decision": ["belongs to agent"], "impact_assessment": ["needs an impact"],
                                  "policy_evaluation": ["belongs to agent"]}),
 ])
@@ -291,3 +300,38 @@ def test_an_agent_citing_another_agent_s_records_on_its_own_task_fails_naming_bo
         if "belongs to agent" in phrases:
             assert f"belongs to agent {a.agent_id!r}, not to the envelope's agent {b.agent_id!r}" in failed[check]
     assert_nothing_accepted(body["action_id"])
+
+
+# --- check 4: the decision is about the action of the evaluation it was made on ---------------------------
+def test_a_decision_and_its_approval_made_for_one_action_do_not_clear_another(api):
+    # A critical refund of 50: evaluated, decided, assessed and approved by a human. The same
+    # decision cited beside a new evaluation for 100 would carry that approval to an action
+    # nobody approved.
+    world = make_full_world()
+    body = world.envelope_request(parameters={"amount": 100, "currency": "USD"})
+    hundred = evaluate(api, world, action=action_of(body), input={"action_class": "transact", "amount": 100})
+    assert hundred["result"]["allow"] is True
+
+    failed = refused(api.post(URL, {**body, "policy_decision_ref": hundred["evaluation_id"]}, format="json",
+                              HTTP_PREFER="respond-async"))
+
+    assert failed == {"decision": f"decision {world.decision.decision_id!r} was made on policy evaluation "
+                                  f"{world.evaluation.evaluation_id!r}, not the envelope's "
+                                  f"{hundred['evaluation_id']!r}: it is about another action"}
+    assert_nothing_accepted(body["action_id"])
+    assert CommerceSession.objects.get(pk=world.session.pk).reserved_amount == Decimal("0")
+
+
+def test_a_decision_made_on_no_evaluation_clears_no_action(api):
+    world = make_world()
+    created = api.post("/agp/decisions", {"task_id": world.task.task_id, "agent_id": world.agent_id,
+                                          "outcome": "approve", "rationale": "looks fine"}, format="json")
+    assert created.status_code == 201, created.json()
+    decision_id = created.json()["decision_id"]
+    assert api.patch(f"/agp/decisions/{decision_id}", {"status": "finalised"}, format="json").status_code == 200
+    body = world.envelope_request(decision_ref=decision_id)
+
+    failed = refused(api.post(URL, body, format="json"))
+
+    assert failed == {"decision": f"decision {decision_id!r} names no policy evaluation, so it was made for no "
+                                  f"action"}

@@ -13,7 +13,7 @@ from execution.models import Receipt
 from registry.models import Task
 from tests.execution.factories import make_full_world, make_world
 from tests.execution.receiver import receiver  # noqa: F401 - fixture
-from tests.execution.test_binding_api import MAIL_RULESET, evaluate, refused, register
+from tests.execution.test_binding_api import MAIL_RULESET, decide, evaluate, refused, register
 from tests.execution.worker import (  # noqa: F401 - fixtures
     ledger_event_types,
     module_worker,
@@ -39,9 +39,13 @@ def test_the_worker_sends_the_mail_its_evaluation_was_made_for_and_nothing_else(
     to_alice = evaluate(api, world, policy_set_id=policy_set["policy_set_id"],
                         action={"tool_id": "mail", "operation": "send", "parameters": internal})
 
-    leak = world.envelope_request(parameters=external, policy_decision_ref=to_alice["evaluation_id"])
+    decision_ref = decide(api, world, to_alice)["decision_id"]
+
+    leak = world.envelope_request(parameters=external, policy_decision_ref=to_alice["evaluation_id"],
+                                  decision_ref=decision_ref)
     assert list(refused(api.post(URL, leak, format="json", HTTP_PREFER="respond-async"))) == ["policy_evaluation"]
-    twin = world.envelope_request(parameters=internal, policy_decision_ref=to_alice["evaluation_id"])
+    twin = world.envelope_request(parameters=internal, policy_decision_ref=to_alice["evaluation_id"],
+                                  decision_ref=decision_ref)
     operation_id = submit_async(api, twin)["operation_id"]
 
     final = poll_until_ended(api, operation_id, module_worker)

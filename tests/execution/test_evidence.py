@@ -258,6 +258,45 @@ def test_a_bundle_with_exact_numbers_verifies_offline_as_downloaded(api, tmp_pat
     assert refused.returncode == 1 and refused.stderr.startswith("FAILED: "), refused.stderr
 
 
+def test_a_client_event_that_names_an_action_in_its_payload_stays_out_of_its_trail_and_evidence(api):
+    action_id = make_executed_action(api)["action_id"]
+    note = api.post("/agp/ledger-events", {"event_type": "client.refund.reversed", "resource_type": "Note",
+                                           "resource_id": "note-1", "payload": {"action_id": action_id}}, format="json")
+    assert note.status_code == 201 and note.json()["action_id"] is None
+    trail = api.get(f"/agp/ledger-events?action_id={action_id}").json()["items"]
+    assert "client.refund.reversed" not in [event["event_type"] for event in trail]
+    # A trail row about something else (the index is not chained, so nothing else says so) is
+    # left out of the bundle all the same: the bundle holds events about the action's records.
+    LedgerEvent.objects.filter(event_id=note.json()["event_id"]).update(action_id=action_id)
+    # A client's note about the envelope itself is part of the trail and of the bundle.
+    own = api.post("/agp/ledger-events", {"event_type": "client.reviewed", "resource_type": "ActionEnvelope",
+                                          "resource_id": action_id, "payload": {}}, format="json")
+    assert own.status_code == 201 and own.json()["action_id"] == action_id
+
+    bundle = numbers.loads(api.get(f"/agp/action-envelopes/{action_id}/evidence").content)
+
+    types = [item["event"]["event_type"] for item in bundle["ledger_events"]]
+    assert "client.reviewed" in types and "client.refund.reversed" not in types
+    assert verify_evidence(bundle)["action_id"] == action_id
+
+
+def test_a_bundle_file_naming_a_member_twice_is_refused(api, tmp_path):
+    # One reader would take the first "action_id", another the last: the file says two things.
+    action_id = make_executed_action(api)["action_id"]
+    text = api.get(f"/agp/action-envelopes/{action_id}/evidence").content.decode()
+    assert text.startswith('{"type":"ActionEvidence",')
+    doubled = tmp_path / "doubled.json"
+    opening = '{"type":"ActionEvidence",'
+    doubled.write_text(text.replace(opening, opening + '"action_id":"act_other",', 1))
+
+    done = verify_file(doubled)
+
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "'action_id' appear more than once" in done.stderr
+    with pytest.raises(ValueError, match="more than once"):
+        numbers.loads(doubled.read_text())
+
+
 def test_verify_evidence_checks_against_a_trusted_jwks_when_given(api, tmp_path):
     bundle = evidence(api, make_executed_action(api)["action_id"])
     path, right, wrong = tmp_path / "evidence.json", tmp_path / "service.json", tmp_path / "other.json"

@@ -71,6 +71,18 @@ def test_an_operation_the_mcp_skill_did_not_pin_fails_check_3(api):
     assert not ActionEnvelope.objects.exists()
 
 
+def test_the_wildcard_as_the_envelopes_operation_names_no_tool_and_fails_check_3(api):
+    # Capability and delegation grant every operation; the call itself must still be a pinned tool.
+    world = pinned_world(operation="*", pins=["lookup_customer"], operations=["*"])
+
+    checks = failed_checks(api.post(URL, world.bound_request(parameters={}), format="json"))
+
+    assert checks == [{"check": "capability", "reason": (
+        f"skill {world.skill.skill_id!r}: operation(s) '*' are not tools the mcp skill pinned "
+        f"(pinned: lookup_customer)")}]
+    assert not ActionEnvelope.objects.exists()
+
+
 def test_a_capability_granting_an_unpinned_operation_fails_check_3_even_for_a_pinned_one(api):
     world = pinned_world(operation="lookup_customer", pins=["lookup_customer"],
                          operations=["lookup_customer", "export_all"])

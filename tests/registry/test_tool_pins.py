@@ -71,6 +71,13 @@ def test_a_listing_that_names_a_tool_twice_cannot_be_pinned():
         tool_pins_from_listing([LOOKUP, REFUND, {**LOOKUP, "description": "another"}])
 
 
+@pytest.mark.parametrize(("name", "message"), [("x\x00y", "cannot be stored"), ("x\ud800", "cannot be stored"),
+                                               ("*", "named '*'")])
+def test_a_tool_name_that_cannot_be_pinned_is_refused(name, message):
+    with pytest.raises(MCPFailure, match=message):
+        tool_pins_from_listing([LOOKUP, {**LOOKUP, "name": name}])
+
+
 # --- the rule of check 3 ----------------------------------------------------------------------
 def test_pinned_operations_pass():
     assert mcp_pins_problem(pins("lookup", "refund"), ["lookup", "refund", "lookup"]) is None
@@ -82,8 +89,9 @@ def test_it_names_every_operation_that_is_not_a_pinned_tool():
 
 
 def test_the_wildcard_names_no_tool_but_the_envelopes_operation_still_must_be_pinned():
-    assert mcp_pins_problem(pins("lookup"), ["*", "lookup"]) is None
-    assert "'wipe'" in mcp_pins_problem(pins("lookup"), ["*", "wipe"])
+    assert mcp_pins_problem(pins("lookup"), ["*"], called="lookup") is None
+    assert "'wipe'" in mcp_pins_problem(pins("lookup"), ["*"], called="wipe")
+    assert "'*'" in mcp_pins_problem(pins("lookup"), ["*"], called="*")
 
 
 def test_a_skill_that_pinned_nothing_covers_no_operation():
