@@ -4,10 +4,12 @@ import re
 from datetime import datetime
 from decimal import Decimal
 
+from django.db import connection
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
+from agp_project.exactjson import as_double
 from agp_project.ids import ID_PATTERN
 
 # The date, "T" or a space, a time, and its zone: "Z" or an offset.
@@ -148,6 +150,9 @@ class AmountField(serializers.Field):
         "negative": "Must not be negative.",
         "not_positive": "Must be greater than 0.",
         "too_large": f"Must be less than {MAX_AMOUNT:f}.",
+        "inexact_here": ("This service's database (SQLite, the embedded default) stores amounts as binary "
+                         "doubles and would round this one: use at most 15 significant digits, or run the "
+                         "service on PostgreSQL."),
     }
 
     def __init__(self, *, positive: bool = False, **kwargs):
@@ -166,6 +171,8 @@ class AmountField(serializers.Field):
             self.fail("not_positive")
         if value >= MAX_AMOUNT:
             self.fail("too_large")
+        if connection.vendor == "sqlite" and as_double(value) is None:
+            self.fail("inexact_here")  # never stored rounded, and never read back past its column's digits
         return value
 
     def to_representation(self, value):

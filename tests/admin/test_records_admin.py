@@ -103,8 +103,8 @@ def test_it_links_an_envelope_to_its_ledger_trail(auditor_client, admin_world):
 
 def test_the_evidence_download_keeps_exact_numbers_and_verifies_offline(auditor_client, api):
     parameters = {"amount": Decimal("49.99"), "currency": "USD", "rate": Decimal("0.1")}
-    limit = Decimal("99999999999999.99")  # no binary double holds it
-    action_id = make_executed_action(api, parameters=parameters, root_spend_limit=limit)["action_id"]
+    limit = Decimal("100.0000000000000000001")  # no binary double holds it
+    action_id = make_executed_action(api, parameters=parameters, amount_max=limit)["action_id"]
     envelope = ActionEnvelope.objects.get(action_id=action_id)
 
     download = auditor_client.get(f"/admin/execution/actionenvelope/{envelope.pk}/evidence/")
@@ -112,7 +112,7 @@ def test_the_evidence_download_keeps_exact_numbers_and_verifies_offline(auditor_
     assert download.status_code == 200
     bundle = numbers.loads(download.content)
     assert bundle["records"]["envelope"]["parameters"] == parameters
-    assert bundle["records"]["delegation_chain"][0]["constraints"]["spend_limit"]["amount"] == limit
+    assert bundle["records"]["capability"]["allowed_parameter_ranges"]["amount"]["max"] == limit
     assert verify_evidence(bundle)["action_id"] == action_id
 
 

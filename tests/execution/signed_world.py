@@ -26,9 +26,9 @@ def _created(response) -> dict:
 
 
 def make_executed_action(api, *, execute: bool = True, parameters: dict | None = None,
-                         root_spend_limit: Decimal | int = 1000) -> dict:
+                         amount_max: Decimal | int = 100) -> dict:
     """``parameters``: the refund's (default ``{"amount": 50, "currency": "USD"}``), evaluated and
-    submitted. ``root_spend_limit``: the root link's, in USD."""
+    submitted. ``amount_max``: the capability's bound on the amount."""
     parameters = {"amount": 50, "currency": "USD"} if parameters is None else parameters
     suffix = new_id("w")[2:].lower()
     root, orchestrator, agent = f"principal-{suffix}", f"orchestrator-{suffix}", f"agent-{suffix}"
@@ -39,7 +39,7 @@ def make_executed_action(api, *, execute: bool = True, parameters: dict | None =
 
     post("/agp/delegations", {"root_principal": root, "delegator_agent": root, "delegate_agent": orchestrator,
                               "authority_scope": ["payments:*"], "expires_at": later,
-                              "constraints": {"spend_limit": {"currency": "USD", "amount": root_spend_limit},
+                              "constraints": {"spend_limit": {"currency": "USD", "amount": 1000},
                                               "max_hops_remaining": 3}})
     child = post("/agp/delegations", {"root_principal": root, "delegator_agent": orchestrator,
                                       "delegate_agent": agent, "authority_scope": ["payments:refund"],
@@ -48,7 +48,7 @@ def make_executed_action(api, *, execute: bool = True, parameters: dict | None =
                                "risk_level": "critical", "action_class": "transact"})
     capability = post("/agp/capabilities", {
         "agent_id": agent, "delegation_id": child["delegation_id"], "tool_id": "payments", "operations": ["refund"],
-        "allowed_parameter_ranges": {"amount": {"min": 0, "max": 100}, "currency": {"enum": ["USD"]}},
+        "allowed_parameter_ranges": {"amount": {"min": 0, "max": amount_max}, "currency": {"enum": ["USD"]}},
         "expires_at": later})
     post("/agp/skills", {"agent_id": agent, "name": "payments", "tool_id": "payments", "version": "1",
                          "connector": "noop"})

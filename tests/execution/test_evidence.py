@@ -233,11 +233,11 @@ def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api
 
 
 def test_a_bundle_with_exact_numbers_verifies_offline_as_downloaded(api, tmp_path):
-    # A number no binary double holds, signed exactly (docs/decisions/exact-json.md): the root
-    # link's spend limit. The file as the service sent it must verify with the client alone,
-    # and not once its numbers are rounded.
-    limit = "99999999999999.99"
-    action_id = make_executed_action(api, root_spend_limit=Decimal(limit))["action_id"]
+    # A number no binary double holds, signed exactly (docs/decisions/exact-json.md): the
+    # capability's bound on the amount. The file as the service sent it must verify with the
+    # client alone, and not once its numbers are rounded.
+    limit = "100.0000000000000000001"
+    action_id = make_executed_action(api, amount_max=Decimal(limit))["action_id"]
     response = api.get(f"/agp/action-envelopes/{action_id}/evidence")
     assert response.status_code == 200, response.content
     downloaded = tmp_path / "evidence.json"
@@ -246,12 +246,11 @@ def test_a_bundle_with_exact_numbers_verifies_offline_as_downloaded(api, tmp_pat
     done = verify_file(downloaded)
 
     assert done.returncode == 0, done.stderr
-    assert f'"amount":{limit}' in response.content.decode()
+    assert f'"max":{limit}' in response.content.decode()
     bundle = numbers.loads(response.content)
-    root = bundle["records"]["delegation_chain"][0]
-    assert root["constraints"]["spend_limit"] == {"currency": "USD", "amount": Decimal(limit)}
+    assert bundle["records"]["capability"]["allowed_parameter_ranges"]["amount"]["max"] == Decimal(limit)
     assert verify_evidence(bundle)["signatures"] == 10
-    # Read as binary doubles (json.loads' default), the signed link no longer hashes the same.
+    # Read as binary doubles (json.loads' default), the bundle no longer hashes as it was signed.
     rounded = tmp_path / "rounded.json"
     rounded.write_text(json.dumps(json.loads(response.content)))
     refused = verify_file(rounded)

@@ -176,3 +176,24 @@ def test_client_numbers_match_json_for_plain_values():
     value = {"a": [1, 2.5, "x"], "b": None}
     assert json.loads(client_numbers.dumps(value)) == value
     assert math.isclose(float(client_numbers.loads("2.5")), 2.5)
+
+
+@pytest.mark.django_db
+def test_on_sqlite_an_amount_a_double_would_round_is_refused_not_stored_rounded(api, settings):
+    # SQLite keeps decimals as binary doubles: 99999999999999.99 would come back as 10^14, past
+    # what its column can be read as. PostgreSQL keeps it exactly.
+    from django.db import connection
+
+    body = {"root_principal": "org:big", "delegator_agent": "org:big", "delegate_agent": "agent-big",
+            "authority_scope": ["crm:*"], "expires_at": "2099-01-01T00:00:00Z",
+            "constraints": {"spend_limit": {"currency": "USD", "amount": None}}}
+    text = json.dumps(body).replace("null", "99999999999999.99")
+
+    response = api.generic("POST", "/agp/delegations", text.encode(), content_type="application/json")
+
+    if connection.vendor == "sqlite":
+        error = assert_envelope(response, 400, "AGP_INVALID_REQUEST")
+        assert "stores amounts as binary doubles" in str(error["details"]["fields"])
+    else:
+        assert response.status_code == 201, response.content
+        assert '"amount":99999999999999.99' in response.content.decode()
