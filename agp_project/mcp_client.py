@@ -186,15 +186,28 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
         if request.url.scheme == "https":
             # Certificate checks and SNI stay on the name, not on the address.
             request.extensions = {**request.extensions, "sni_hostname": self.host}
-        named = request.url
-        for address in self.addresses[:-1]:
+        named, extensions = request.url, request.extensions
+        timeouts = extensions.get("timeout") or {}
+        for index, address in enumerate(self.addresses):
             request.url = named.copy_with(host=address)
+            last = index == len(self.addresses) - 1
+            if not last and timeouts.get("connect"):
+                # Each address gets its share of the connect time, so that the next one is
+                # still reached within the request's own deadline.
+                request.extensions = {**extensions, "timeout": {
+                    **timeouts, "connect": timeouts["connect"] / len(self.addresses)}}
+            else:
+                request.extensions = extensions
             try:
-                return self._capped(await self.inner.handle_async_request(request))
+                response = await self.inner.handle_async_request(request)
             except (httpx2.ConnectError, httpx2.ConnectTimeout):
+                if last:
+                    raise
                 continue  # nothing was sent: the next address
-        request.url = named.copy_with(host=self.addresses[-1])
-        return self._capped(await self.inner.handle_async_request(request))
+            # The address that answered goes first for the session's next requests.
+            self.addresses.insert(0, self.addresses.pop(index))
+            return self._capped(response)
+        raise AssertionError("unreachable: the last address returns or raises")
 
     @staticmethod
     def _capped(response: httpx2.Response) -> httpx2.Response:

@@ -144,17 +144,20 @@ class PinnedAdapter(HTTPAdapter):
         self.guarded = guarded
         self.address = guarded.addresses[0] if guarded.addresses else None
 
-    def send(self, request, **kwargs):
-        for address in self.guarded.addresses[:-1]:
+    def send(self, request, timeout=None, **kwargs):
+        addresses = self.guarded.addresses
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        for address in addresses[:-1]:
             self.address = address
             try:
-                return super().send(request, **kwargs)
+                # Each address but the last gets its share of the connect time.
+                return super().send(request, timeout=(connect and connect / len(addresses), read), **kwargs)
             except requests.ConnectionError as exc:
                 if not not_connected(exc):
                     raise
-        if self.guarded.addresses:
-            self.address = self.guarded.addresses[-1]
-        return super().send(request, **kwargs)
+        if addresses:
+            self.address = addresses[-1]
+        return super().send(request, timeout=timeout, **kwargs)
 
     def build_connection_pool_key_attributes(self, request, verify, cert=None):
         host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)

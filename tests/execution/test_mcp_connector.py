@@ -4,7 +4,9 @@ No database: a connector gets a ``Call`` and returns the tool result or raises. 
 records every ``tools/list`` and ``tools/call``, so each test can say what reached it.
 """
 
+import contextlib
 import ipaddress
+import socket
 from decimal import Decimal
 
 import anyio
@@ -13,6 +15,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from agp_project import mcp_client
 from agp_project.canonical import content_hash
 from agp_project.mcp_client import PinnedTransport, tools_list
 from agp_project.net import GuardedURL, UnsafeURL
@@ -220,6 +223,32 @@ def test_an_address_that_refuses_the_connection_gives_way_to_the_next_vetted_one
                          (ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")))
 
     assert sdk_listing(url, PinnedTransport(guarded)) == ["lookup_customer", "issue_refund", "wait"]
+
+
+def test_an_address_that_never_answers_the_connection_gives_way_within_the_deadline(mcp_servers, monkeypatch):
+    # The first vetted address drops the connection attempts (a listener whose backlog is
+    # full): it gets its share of the connect time, and the second still answers before the
+    # request's own deadline of one second.
+    server = mcp_servers.start()
+    hole = socket.create_server(("127.0.0.2", server.port), backlog=0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.2", server.port))
+        fillers.append(filler)
+    url = f"http://{REBOUND_HOST}:{server.port}/mcp"
+    guarded = GuardedURL(url, REBOUND_HOST, server.port,
+                         (ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")))
+    monkeypatch.setattr(mcp_client, "url_guard", lambda target, field=None: guarded)
+    try:
+        tools = tools_list(url, timeout=1)
+    finally:
+        for held in (hole, *fillers):
+            held.close()
+
+    assert [tool["name"] for tool in tools] == ["lookup_customer", "issue_refund", "wait"]
 
 
 def test_the_transport_refuses_a_request_for_another_host():

@@ -109,10 +109,15 @@ def test_a_test_run_leaves_every_redis_database_as_it_found_it(tmp_path):
 
 
 def drop_test_database(url: str) -> None:
-    """pytest-django's ``test_<name>`` of the sub-run, in case the run was stopped before it could."""
+    """pytest-django's databases of the sub-run (``test_<name>``, and ``test_<name>_gw<n>`` for
+    each xdist process), in case the run was stopped before it could drop them."""
     import psycopg
     from psycopg import sql
 
-    name = "test_" + urlsplit(url).path.lstrip("/")
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    parts = urlsplit(url)
+    name = "test_" + parts.path.lstrip("/")
+    with psycopg.connect(parts._replace(path="/postgres").geturl(), autocommit=True) as conn:
+        names = [row[0] for row in conn.execute(
+            "SELECT datname FROM pg_database WHERE datname = %s OR datname LIKE %s", (name, name + r"\_gw%"))]
+        for found in names:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(found)))
