@@ -1,6 +1,7 @@
 """Decision records: what was evaluated, assessed, decided and approved, and why."""
 
 from django.db import models
+from django.db.models.functions import Round
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from core.fields import ExactJSONField
@@ -186,9 +187,10 @@ class CommerceSession(models.Model):
             models.CheckConstraint(
                 condition=models.Q(spent_amount__gte=0, reserved_amount__gte=0),
                 name="commerce_session_amounts_non_negative"),
-            # The database itself refuses any write that would overspend the session.
+            # The database itself refuses any write that would overspend the session; at the
+            # columns' four decimals, since SQLite computes in binary doubles.
             models.CheckConstraint(
-                condition=models.Q(spent_amount__lte=models.F("amount_limit") - models.F("reserved_amount")),
+                condition=models.Q(spent_amount__lte=Round(models.F("amount_limit") - models.F("reserved_amount"), 4)),
                 name="commerce_session_within_limit"),
         ]
 

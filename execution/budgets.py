@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import F, Q, Value
+from django.db.models.functions import Round
 from django.utils import timezone
 
 from agp_project import errors
@@ -47,6 +48,12 @@ class _Link:
     spend_amount: Decimal | None
 
 
+def money(expression):
+    """Money arithmetic in SQL, at the columns' four decimals: exact on PostgreSQL already;
+    on SQLite, which computes in binary doubles, it keeps 0.1 + 0.2 from exceeding 0.3."""
+    return Round(expression, 4, output_field=MONEY)
+
+
 def payment_reserve(*, envelope: ActionEnvelope, session_id: str, amount: Decimal, currency: str,
                     chain_pks: list[int], actor: str) -> Payment:
     """Hold ``amount`` on the session for ``envelope``; raise BudgetExhausted when it does not fit.
@@ -72,9 +79,10 @@ def payment_reserve(*, envelope: ActionEnvelope, session_id: str, amount: Decima
     # The WHERE re-checks the room in the same statement that takes it.
     reserved = (CommerceSession.objects
                 .filter(session_id=session_id, status="open", currency=currency,
-                        amount_limit__gte=F("spent_amount") + F("reserved_amount") + Value(amount, output_field=MONEY))
+                        amount_limit__gte=money(F("spent_amount") + F("reserved_amount")
+                                                + Value(amount, output_field=MONEY)))
                 .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-                .update(reserved_amount=F("reserved_amount") + Value(amount, output_field=MONEY)))
+                .update(reserved_amount=money(F("reserved_amount") + Value(amount, output_field=MONEY))))
     if reserved != 1:
         raise BudgetExhausted(f"commerce session {session_id!r} has no room left for {amount} {currency}")
     payment = Payment.objects.create(payment_id=envelope.payment_ref, envelope=envelope, session_id=session_id,
@@ -103,9 +111,9 @@ def _payment_move(*, action_id: str, target: str, actor: str) -> Payment | None:
         if moved != 1:  # cannot happen under the row lock; refuse rather than double-count
             raise errors.Conflict(f"payment {payment.payment_id!r} moved concurrently")
         amount = Value(payment.amount, output_field=MONEY)
-        changes = {"reserved_amount": F("reserved_amount") - amount}
+        changes = {"reserved_amount": money(F("reserved_amount") - amount)}
         if target == PaymentStatus.COMMITTED:
-            changes["spent_amount"] = F("spent_amount") + amount
+            changes["spent_amount"] = money(F("spent_amount") + amount)
         updated = (CommerceSession.objects
                    .filter(session_id=payment.session_id, reserved_amount__gte=amount).update(**changes))
         if updated != 1:

@@ -207,3 +207,18 @@ def test_it_accepts_one_action_id_once_under_concurrent_submissions():
     assert outcomes.count("conflict") == 5, outcomes
     assert Payment.objects.count() == Operation.objects.count() == 1
     assert _amounts(world) == (Decimal("50"), Decimal("0"))
+
+
+@pytest.mark.django_db
+def test_amounts_that_add_up_exactly_to_the_limit_fit_on_every_database(api):
+    # In binary doubles (SQLite's arithmetic) 0.1 + 0.2 is 0.30000000000000004, past 0.3.
+    world = make_full_world(amount_limit=Decimal("0.3"))
+    tenth = _accept(api, world, parameters={"amount": Decimal("0.1"), "currency": "USD"})
+    fifth = _accept(api, world, parameters={"amount": Decimal("0.2"), "currency": "USD"})
+    assert _amounts(world) == (Decimal("0.3"), Decimal("0"))
+
+    payment_commit(action_id=tenth)
+    payment_commit(action_id=fifth)
+
+    assert _amounts(world) == (Decimal("0"), Decimal("0.3"))
+    assert [payment.status for payment in Payment.objects.filter(envelope_id__in=[tenth, fifth])] == ["committed"] * 2
