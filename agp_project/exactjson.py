@@ -71,17 +71,10 @@ def changed_as_double(value: Any) -> tuple[str, Any] | None:
     doubles, in the same order. Changed: ``100.0000000000000000001`` (read as 100),
     ``0.9499999999999999999`` (read as the double ``0.95`` is read as), ``18446744073709551617.0``.
     """
-    stack: list[tuple[Any, tuple]] = [(value, ())]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, Decimal):
-            if not (item == item.to_integral_value() and abs(item) <= DOUBLE_EXACT_INTEGERS) \
-                    and as_double(item) is None:
-                return _path(path), item
-        elif isinstance(item, dict):
-            stack.extend((member, (*path, key)) for key, member in item.items())
-        elif isinstance(item, list):
-            stack.extend((member, (*path, index)) for index, member in enumerate(item))
+    for item, path in _nodes(value):
+        if isinstance(item, Decimal) and as_double(item) is None \
+                and not (item == item.to_integral_value() and abs(item) <= DOUBLE_EXACT_INTEGERS):
+            return _path(path), item
     return None
 
 
@@ -145,22 +138,30 @@ def bad_text(value: Any) -> tuple[str, str] | None:
 
     The path is dotted (``data.items.2.note``); None when every string is clean.
     """
-    stack: list[tuple[Any, tuple]] = [(value, ())]
-    while stack:
-        item, path = stack.pop()
+    for item, path in _nodes(value):
         if isinstance(item, str):
             match = _BAD_CHARACTERS.search(item)
             if match:
                 return _path(path), _problem(match.group())
         elif isinstance(item, dict):
-            for key, member in item.items():
+            for key in item:
                 match = _BAD_CHARACTERS.search(key)
                 if match:
                     return _path((*path, key.encode("utf-8", "backslashreplace").decode())), _problem(match.group())
-                stack.append((member, (*path, key)))
+    return None
+
+
+def _nodes(value: Any):
+    """Every value of a parsed JSON document with its path (keys and indices), depth first,
+    from a stack rather than by recursion: nesting deep enough for the parser is fine here."""
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        yield item, path
+        if isinstance(item, dict):
+            stack.extend((member, (*path, key)) for key, member in item.items())
         elif isinstance(item, list):
             stack.extend((member, (*path, index)) for index, member in enumerate(item))
-    return None
 
 
 def _path(parts: tuple) -> str:

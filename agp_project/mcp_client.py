@@ -188,16 +188,15 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
             request.extensions = {**request.extensions, "sni_hostname": self.host}
         named, extensions = request.url, request.extensions
         timeouts = extensions.get("timeout") or {}
+        if timeouts.get("connect"):
+            # Each address but the last gets its share of the connect time, so that the next
+            # one is still reached within the request's own deadline.
+            share = {**extensions, "timeout": {**timeouts, "connect": timeouts["connect"] / len(self.addresses)}}
+        else:
+            share = extensions
         for index, address in enumerate(self.addresses):
-            request.url = named.copy_with(host=address)
             last = index == len(self.addresses) - 1
-            if not last and timeouts.get("connect"):
-                # Each address gets its share of the connect time, so that the next one is
-                # still reached within the request's own deadline.
-                request.extensions = {**extensions, "timeout": {
-                    **timeouts, "connect": timeouts["connect"] / len(self.addresses)}}
-            else:
-                request.extensions = extensions
+            request.url, request.extensions = named.copy_with(host=address), extensions if last else share
             try:
                 response = await self.inner.handle_async_request(request)
             except (httpx2.ConnectError, httpx2.ConnectTimeout):
@@ -207,7 +206,6 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
             # The address that answered goes first for the session's next requests.
             self.addresses.insert(0, self.addresses.pop(index))
             return self._capped(response)
-        raise AssertionError("unreachable: the last address returns or raises")
 
     @staticmethod
     def _capped(response: httpx2.Response) -> httpx2.Response:

@@ -26,8 +26,9 @@ def tool_pins_from_listing(tools: list[dict[str, Any]]) -> list[dict[str, str]]:
     pins: dict[str, str] = {}
     for tool in tools:
         name = tool["name"]
-        if bad_text(name) is not None:
-            raise MCPFailure(f"the server lists a tool whose name cannot be stored ({bad_text(name)[1]})")
+        unstorable = bad_text(name)
+        if unstorable is not None:
+            raise MCPFailure(f"the server lists a tool whose name cannot be stored ({unstorable[1]})")
         if name == WILDCARD:
             raise MCPFailure("the server lists a tool named '*', which capabilities use for every operation")
         if name in pins:
