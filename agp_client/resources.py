@@ -119,7 +119,29 @@ class Freezes(Resource):
         return self._patch(freeze_id, fields, idempotency_key)
 
 
+class Clients(Resource):
+    """``/agp/clients`` (an operator's token, scope ``agp.admin``): create one with ``kind`` and its
+    bindings (``agent_id``, ``subject``, ``tenants``); the answer carries ``client_secret`` once."""
+
+    def disable(self, client_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Its tokens stop working at once."""
+        return self._patch(client_id, {"is_active": False}, idempotency_key)
+
+    def enable(self, client_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Tokens issued before it was disabled stay dead."""
+        return self._patch(client_id, {"is_active": True}, idempotency_key)
+
+    def rotate_secret(self, client_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """A new ``client_secret`` (in the answer, once); tokens issued before stop working."""
+        return self._patch(client_id, {"rotate_secret": True}, idempotency_key)
+
+    def update(self, client_id: str, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
+        """``scopes`` or ``description``; who the client is never changes."""
+        return self._patch(client_id, fields, idempotency_key)
+
+
 class ActionEnvelopes(ReadOnlyResource):
+
     def validate(self, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
         """Validate only (``Prefer: return=representation``): the envelope as it would execute.
 

@@ -41,6 +41,9 @@ class LedgerEvent(models.Model):
     # payload says, outside the chained fields; null where it does not apply.
     task_id = models.CharField(max_length=128, null=True, blank=True)
     action_id = models.CharField(max_length=128, null=True, blank=True)
+    # The tenant (root principal) whose records the event is about; null for an event of no
+    # tenant (API clients, shared policy sets), which only callers of every tenant see.
+    root_principal = models.CharField(max_length=128, null=True, blank=True)
 
     class Meta:
         ordering = ["-sequence"]
@@ -52,7 +55,8 @@ class LedgerEvent(models.Model):
         indexes = [models.Index(fields=["resource_type", "resource_id"]),
                    models.Index(fields=["event_type"], name="core_ledgerevent_event_type"),
                    models.Index(fields=["task_id", "sequence"], name="core_ledgerevent_task_trail"),
-                   models.Index(fields=["action_id", "sequence"], name="core_ledgerevent_action_trail")]
+                   models.Index(fields=["action_id", "sequence"], name="core_ledgerevent_action_trail"),
+                   models.Index(fields=["root_principal", "sequence"], name="core_ledgerevent_tenant")]
 
     def __str__(self):
         return f"#{self.sequence} {self.event_type} {self.resource_id}"

@@ -89,7 +89,7 @@ def payment_reserve(*, envelope: ActionEnvelope, session_id: str, amount: Decima
                                      currency=currency, amount=amount, status=PaymentStatus.RESERVED,
                                      created_at=now, updated_at=now)
     ledger_append(event_type="payment.reserved", resource_type="Payment", resource_id=payment.payment_id,
-                  actor=actor, payload={**action_trail(envelope), "session_id": session_id,
+                  actor=actor, root_principal=envelope.root_principal, payload={**action_trail(envelope), "session_id": session_id,
                                         "amount": str(amount), "currency": currency})
     return payment
 
@@ -120,7 +120,7 @@ def _payment_move(*, action_id: str, target: str, actor: str) -> Payment | None:
             raise errors.Conflict(f"commerce session {payment.session_id!r} does not hold the reservation of "
                                   f"payment {payment.payment_id!r}")
         ledger_append(event_type=f"payment.{target}", resource_type="Payment", resource_id=payment.payment_id,
-                      actor=actor, payload={**action_trail(payment.envelope), "session_id": payment.session_id,
+                      actor=actor, root_principal=payment.envelope.root_principal, payload={**action_trail(payment.envelope), "session_id": payment.session_id,
                                             "amount": str(payment.amount), "currency": payment.currency})
         payment.status, payment.updated_at = target, now
         return payment

@@ -99,7 +99,7 @@ def make_token(db, auth_settings):
     from auth_tokens.services import token_issue
 
     def _make(scopes=ALL_SCOPES, client_id="test-client"):
-        client, _ = Client.objects.get_or_create(client_id=client_id, defaults={"scopes": list(ALL_SCOPES)})
+        client, _ = Client.objects.get_or_create(client_id=client_id, defaults={"scopes": list(ALL_SCOPES), "kind": "operator"})
         return token_issue(client=client, scopes=list(scopes))["access_token"]
 
     return _make

@@ -61,8 +61,9 @@ def commerce_session_create(*, actor: str, task_id: str, agent_id: str, delegati
             currency=currency, amount_limit=amount_limit,
             # Omitted, the session lasts as long as the delegation that funds it.
             expires_at=expires_at if expires_at is not None else delegation.expires_at,
-            created_at=record_created_at(created_at, now))
+            created_at=record_created_at(created_at, now), created_by=actor)
         ledger_append(event_type="commerce_session.created", resource_type="CommerceSession", resource_id=session_id,
-                      actor=actor, payload={"task_id": task_id, "agent_id": agent_id, "delegation_id": delegation_id,
+                      actor=actor, root_principal=task.root_principal, payload=
+{"task_id": task_id, "agent_id": agent_id, "delegation_id": delegation_id,
                                             "currency": currency, "amount_limit": str(amount_limit)})
     return session

@@ -98,6 +98,9 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             .values("root_principal", "frozen").first())
     if task is None:
         missing["task_id"] = [f"No task with id {task_id!r}."]
+    elif policy_set is not None and policy_set.root_principal not in (None, task["root_principal"]):
+        # Another tenant's set: as if it did not exist (docs/reference/identity.md).
+        missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
     if missing:
         raise errors.invalid_fields(missing)
     if task["frozen"]:
@@ -128,9 +131,10 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             input_hash=input_hash, action=action, action_hash=evaluated_action_hash,
             ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
             require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
-            shadow_results=shadow_results, evaluated_at=now, created_at=created_at)
+            shadow_results=shadow_results, evaluated_at=now, created_at=created_at, created_by=actor)
         ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
-                      resource_id=evaluation_id, actor=actor, payload=payload)
+                      resource_id=evaluation_id, actor=actor, root_principal=task["root_principal"], payload=payload)
+
     return evaluation
 
 

@@ -64,8 +64,8 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
         ruleset_hash=world.policy_set.ruleset_hash, since=now - timedelta(days=30), until=now, status="succeeded",
         total=1, evaluations=1, newly_denied=1, by_reason={"amount over 100": 1},
         changes=[{"evaluation_id": world.evaluation.evaluation_id, "action_ids": [],
-                  "before": {"allow": True, "require_approval": True, "reasons": []},
-                  "after": {"allow": False, "require_approval": False, "reasons": ["amount over 100"]}}],
+                  "before": {"allow": True, "require_approval": True, "approvals_required": 1, "reasons": []},
+                  "after": {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": ["amount over 100"]}}],
         created_at=now, updated_at=now)
     for i in range(extra_approvals):
         Approval.objects.create(approval_id=new_id("apr"), decision=world.decision, approver=f"second-{i}",
@@ -99,7 +99,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
         client_id="test-client", method="POST", path="/agp/tasks", key=new_id("idem"), fingerprint="0" * 64,
         response_status=201, response_body=b'{"ok": true}', created_at=now,
         expires_at=now + timedelta(days=1))
-    client, _ = Client.objects.get_or_create(client_id=f"client-{tag}", defaults={"scopes": ["agp.registry.read"]})
+    client, _ = Client.objects.get_or_create(client_id=f"client-{tag}", defaults={"scopes": ["agp.registry.read"], "kind": "operator"})
     with transaction.atomic():
         events = [
             ledger_append(event_type="task.created", resource_type="Task", resource_id=world.task.task_id,

@@ -106,7 +106,7 @@ def test_an_evaluation_records_each_active_shadow_and_its_disagreement_without_c
 
     shadowed = evaluate(api, world, amount=500)
 
-    assert shadowed["result"] == plain["result"] == {"allow": True, "require_approval": False, "reasons": []}
+    assert shadowed["result"] == plain["result"] == {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}
     assert shadowed["shadow_results"] == [
         {"policy_set_id": "ps-a-same", "allow": True, "matches": True},
         {"policy_set_id": "ps-b-stricter", "allow": False, "matches": False}]
@@ -143,7 +143,7 @@ def test_a_shadow_judges_the_action_the_evaluation_was_made_for(api):
 
     # The outcome is the shadowed set's, the same for all three; the shadow saw each action.
     assert refund["result"] == large["result"] == delete["result"] == {
-        "allow": True, "require_approval": False, "reasons": []}
+        "allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}
     assert [body["shadow_results"] for body in (refund, large, delete)] == [
         [{"policy_set_id": "ps-refunds-only", "allow": True, "matches": True}],
         [{"policy_set_id": "ps-refunds-only", "allow": False, "matches": False}],
@@ -158,7 +158,7 @@ def test_a_shadow_stopped_at_the_engine_s_time_limit_changes_nothing(api, settin
 
     evaluation = evaluate(api, world, amount=500)
 
-    assert evaluation["result"] == {"allow": True, "require_approval": False, "reasons": []}
+    assert evaluation["result"] == {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}
     assert evaluation["shadow_results"] == [{"policy_set_id": "ps-spinning", "allow": False, "matches": False}]
     assert PolicyEvaluation.objects.get(evaluation_id=evaluation["evaluation_id"]).allowed is True
 

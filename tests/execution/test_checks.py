@@ -66,7 +66,7 @@ def _deny_decision(world, body):
 
 def _disallow_evaluation(world, body):
     PolicyEvaluation.objects.filter(pk=world.evaluation.pk).update(
-        allowed=False, result={"allow": False, "require_approval": True, "reasons": ["amount over 1000"]})
+        allowed=False, result={"allow": False, "require_approval": True, "approvals_required": 1, "reasons": ["amount over 1000"]})
 
 
 def _delete_assessment(world, body):
