@@ -7,10 +7,12 @@ created for, and a request's identity comes from those bindings, never from its 
 
 from django.db import models
 
+from agp_project.tenancy import EVERY_TENANT
+
 from .scopes import ADMIN_SCOPE, ALL_SCOPES, READ_SCOPES
 
-# An auditor bound to every tenant (``tenants: ["*"]``) also sees the records of no tenant.
-EVERY_TENANT = "*"
+__all__ = ["AGENT_DEFAULT_SCOPES", "DEFAULT_SCOPES", "EVERY_TENANT", "HUMAN_DEFAULT_SCOPES", "SCOPE_CEILINGS",
+           "ClientKind"]
 
 
 class ClientKind(models.TextChoices):

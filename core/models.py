@@ -1,5 +1,6 @@
 """Cross-cutting records: the hash-chained ledger, stored idempotent responses, the outbox."""
 
+from django.conf import settings
 from django.db import models
 
 from .choices import OutboxStatus
@@ -152,3 +153,22 @@ class OutboxMessage(models.Model):
     request_id = models.CharField(max_length=128, blank=True, default="")
     created_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True, blank=True)
+
+
+class StaffTenancy(models.Model):
+    """The tenants (root principals) an admin user is bound to (docs/reference/identity.md).
+
+    A staff user with a row sees, in the admin and the auditor's pages, only the records of
+    these tenants, as an API client bound to them would; ``"*"`` is every tenant. A staff user
+    without one (a superuser, an auditor of the whole service) sees everything.
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agp_tenancy")
+    tenants = ExactJSONField(default=list)
+
+    class Meta:
+        verbose_name = "tenancy"
+        verbose_name_plural = "tenancy"
+
+    def __str__(self):
+        return " ".join(self.tenants) or "(no tenant)"

@@ -6,13 +6,17 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Model, Q
+from django.db.models import Model
 from rest_framework import status, viewsets
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.pagination import BasePagination
 from rest_framework.response import Response
 
 from agp_project import errors
+from agp_project.tenancy import NO_TENANT, tenant_condition
+
+__all__ = ["NO_TENANT", "AGPViewSet", "Cited", "CreateMixin", "caller_tenants", "query_params", "request_sees",
+           "tenant_condition", "tenant_of_write"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -109,8 +113,6 @@ class ExactFilterSchema(BaseFilterBackend):
                  "schema": {"type": "string"}} for name in getattr(view, "filter_fields", {})]
 
 
-# ``tenant_field`` of a route that serves no tenant's records (API clients, for operators).
-NO_TENANT = ""
 
 
 def caller_tenants(request) -> frozenset[str] | None:
@@ -125,17 +127,6 @@ def request_sees(request, root_principal: str | None) -> bool:
     """Whether a record of ``root_principal`` (None: of no tenant) is the caller's to see."""
     tenants = caller_tenants(request)
     return tenants is None or root_principal in tenants
-
-
-def tenant_condition(
-tenants: frozenset[str] | None, field: str, *, shared_when_null: bool = False) -> Q:
-    """The filter that keeps the records of ``tenants`` (every record when None), ``field``
-    being the path from the record to its root principal; records of no tenant pass only
-    with ``shared_when_null``."""
-    if tenants is None:
-        return Q()
-    condition = Q(**{f"{field}__in": tenants})
-    return condition | Q(**{f"{field}__isnull": True}) if shared_when_null else condition
 
 
 def tenant_of_write(request, requested: str | None, *, field: str = "root_principal") -> str | None:

@@ -48,6 +48,7 @@ MAX_CHAIN_WALK = 64
 
 @admin.register(Task)
 class TaskAdmin(LedgeredModelAdmin):
+    tenant_field = "root_principal"
     ledger_resource_type = "Task"
     ledger_event_prefix = "task"
     id_field = "task_id"
@@ -72,6 +73,7 @@ class TaskAdmin(LedgeredModelAdmin):
 
 @admin.register(Delegation)
 class DelegationAdmin(ReadOnlyModelAdmin):
+    tenant_field = "root_principal"
     list_display = ("delegation_id", "root_principal", "delegator_agent", "delegate_agent", "scope", "depth",
                     "max_hops_remaining", "status", "expires_at", "accepted_at")
     list_filter = (id_filter("agent", "agent_id", "delegator_agent", "delegate_agent"), PRINCIPAL_FILTER,
@@ -141,6 +143,8 @@ class DelegationAdmin(ReadOnlyModelAdmin):
 
 @admin.register(PolicySet)
 class PolicySetAdmin(ReadOnlyModelAdmin):
+    tenant_field = "root_principal"
+    shared_when_no_tenant = True
     list_display = ("policy_set_id", "name", "version", "status", "attestation_level", "publisher",
                     "effective_from", "expires_at", "created_at")
     list_filter = (id_filter("policy set", "policy_set_id"), "status", "attestation_level", "ruleset_engine",
@@ -197,6 +201,7 @@ def shadow_agreement(*, primary: PolicySet, shadow: PolicySet) -> tuple[int, int
 
 @admin.register(Capability)
 class CapabilityAdmin(ReadOnlyModelAdmin):
+    tenant_field = "delegation__root_principal"
     list_display = ("capability_id", "agent_id", "delegation_link", "tool_id", "operation_list", "status",
                     "expires_at", "created_at")
     list_filter = (AGENT_FILTER, id_filter("delegation", "delegation_id"), "status", "tool_id", "created_at",
@@ -224,6 +229,7 @@ class CapabilityAdmin(ReadOnlyModelAdmin):
 
 @admin.register(Skill)
 class SkillAdmin(LedgeredModelAdmin):
+    tenant_field = "root_principal"
     ledger_resource_type = "Skill"
     ledger_event_prefix = "skill"
     id_field = "skill_id"
@@ -240,6 +246,7 @@ class SkillAdmin(LedgeredModelAdmin):
 
 @admin.register(LiabilityBinding)
 class LiabilityBindingAdmin(LedgeredModelAdmin):
+    tenant_field = "root_principal"
     ledger_resource_type = "LiabilityBinding"
     ledger_event_prefix = "liability_binding"
     id_field = "binding_id"
@@ -272,6 +279,7 @@ REVOCATION_TARGETS = {
 
 @admin.register(Revocation)
 class RevocationAdmin(ReadOnlyModelAdmin):
+    tenant_field = "root_principal"
     list_display = ("revocation_id", "target_type", "target", "reason", "revoked_by", "revoked_at")
     list_filter = (id_filter("target", "target_id"), "target_type", "revoked_by", "revoked_at")
     search_fields = ("revocation_id", "target_id", "revoked_by", "reason")
@@ -293,6 +301,7 @@ MAX_CANCELLED_SHOWN = 50
 @admin.register(Freeze)
 class FreezeAdmin(ReadOnlyModelAdmin):
     """Emergency stops (C13): created and lifted only through the API or manage.py freeze / unfreeze."""
+    tenant_field = "root_principal"
 
     list_display = ("freeze_id", "target_type", "target", "status", "reason", "frozen_by", "created_at",
                     "lifted_at", "lifted_by")
