@@ -19,7 +19,12 @@ def _segment(value: Any) -> str:
     return quote(str(value), safe="")
 
 
+# The largest page the service answers (``limit`` 1-200).
+MAX_PAGE = 200
+
+
 class ReadOnlyResource:
+
     """``get`` and ``list`` of one collection."""
 
     def __init__(self, client: AGPClient, collection: str):
@@ -43,16 +48,23 @@ class ReadOnlyResource:
             params["limit"] = limit
         return self._client.request("GET", self.path, params=params).data
 
-    def list(self, *, page_size: int | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
-        """Every matching resource, newest first, fetching pages as the iteration goes.
+    def list(self, *, limit: int | None = None, page_size: int | None = None,
+             **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every matching resource (at most ``limit`` of them), newest first, fetching pages as the
+        iteration goes.
 
         ``filters`` are the collection's exact-match query parameters (``task_id=...``,
-        ``status=...``); ``page_size`` is the ``limit`` of each page (1-200).
+        ``status=...``); ``page_size`` is the ``limit`` of each page (1-200; by default
+        ``limit`` when it is smaller than the service's largest page).
         """
-        cursor = None
-        while True:
+        if page_size is None and limit is not None and 0 < limit <= MAX_PAGE:
+            page_size = limit
+        cursor, given = None, 0
+        while limit is None or given < limit:
             page = self.page(cursor=cursor, limit=page_size, **filters)
-            yield from page["items"]
+            for item in page["items"][: None if limit is None else limit - given]:
+                given += 1
+                yield item
             cursor = page.get("next_cursor")
             if not cursor:
                 return

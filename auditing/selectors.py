@@ -14,6 +14,7 @@ from django.db.models import Count, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from agp_project.exactjson import decimal_text
 from agp_project.tenancy import tenant_condition
 from core.ledger import Verification, ledger_verify
 from core.metrics import newest_checkpoint
@@ -218,7 +219,7 @@ def action_timeline(*, action_id: str, tenants: frozenset[str] | None = None) ->
     payment = getattr(envelope, "payment", None)
     if payment is not None:
         entries.append(_entry(payment.created_at, "payment", payment, payment.payment_id,
-                              f"{payment.amount} {payment.currency} reserved on session {payment.session_id}; "
+                              f"{decimal_text(payment.amount)} {payment.currency} reserved on session {payment.session_id}; "
                               f"now {payment.status}"))
     receipt = None
     if operation is not None:

@@ -21,6 +21,7 @@ from django.db.models.functions import Round
 from django.utils import timezone
 
 from agp_project import errors
+from agp_project.exactjson import decimal_text
 from core.ledger import ledger_append
 from decision.models import CommerceSession
 from decision.selectors import MONEY, commerce_spending_under
@@ -84,7 +85,7 @@ def payment_reserve(*, envelope: ActionEnvelope, session_id: str, amount: Decima
                 .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
                 .update(reserved_amount=money(F("reserved_amount") + Value(amount, output_field=MONEY))))
     if reserved != 1:
-        raise BudgetExhausted(f"commerce session {session_id!r} has no room left for {amount} {currency}")
+        raise BudgetExhausted(f"commerce session {session_id!r} has no room left for {decimal_text(amount)} {currency}")
     payment = Payment.objects.create(payment_id=envelope.payment_ref, envelope=envelope, session_id=session_id,
                                      currency=currency, amount=amount, status=PaymentStatus.RESERVED,
                                      created_at=now, updated_at=now)

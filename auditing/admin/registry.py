@@ -12,6 +12,7 @@ from django.db.models.functions import Cast
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from agp_project.exactjson import decimal_text
 from core.admin_base import (
     LedgeredModelAdmin,
     ReadOnlyModelAdmin,
@@ -114,7 +115,7 @@ class DelegationAdmin(ReadOnlyModelAdmin):
     def chain_to_root(self, obj):
         rows = []
         for link in self._ancestors(obj):
-            spend = f"{link.spend_amount} {link.spend_currency}" if link.spend_amount is not None else "none"
+            spend = f"{decimal_text(link.spend_amount)} {link.spend_currency}" if link.spend_amount is not None else "none"
             name = format_html("<strong>{} (this delegation)</strong>", link.delegation_id) if link.pk == obj.pk \
                 else admin_link(link, link.delegation_id)
             rows.append([link.depth, name, f"{link.delegator_agent} → {link.delegate_agent}",
@@ -263,7 +264,7 @@ class LiabilityBindingAdmin(LedgeredModelAdmin):
     def coverage(self, obj):
         if obj.coverage_amount is None:
             return "-"
-        return f"{obj.coverage_amount} {obj.coverage_currency or ''}".strip()
+        return f"{decimal_text(obj.coverage_amount) if obj.coverage_amount is not None else ''} {obj.coverage_currency or ''}".strip()
 
 
 # Revocation targets -> (model, id field) for the link from a revocation to what it revoked.

@@ -13,6 +13,7 @@ from typing import Any
 
 from agp_project.canonical import action_hash
 from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
+from agp_project.exactjson import decimal_text
 from decision.models import Approval, CommerceSession, Escalation, ImpactAssessment, PolicyEvaluation
 from decision.selectors import ZERO, Authors, impact_assessment_required
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Skill, Task, path_pks
@@ -444,8 +445,8 @@ def check_commerce(*, task: Task | None, inputs: EnvelopeInputs, delegation: Del
             own_held = (own.reserved + own.spent) if own is not None else ZERO
             room = session.amount_limit - session.spent_amount - session.reserved_amount + own_held
             if amount > room:
-                problems.append(f"commerce session {session.session_id!r} has {room} {session.currency} left, "
-                                f"less than {amount}")
+                problems.append(f"commerce session {session.session_id!r} has {decimal_text(room)} {session.currency} left, "
+                                f"less than {decimal_text(amount)}")
 
     # The delegation's spend limit, for every link of the agent's chain: what all sessions
     # under a link (its own and its descendants') have spent or reserved, plus this
@@ -468,21 +469,21 @@ def check_commerce(*, task: Task | None, inputs: EnvelopeInputs, delegation: Del
             if own is not None and session is not None and session.delegation.path.startswith(link.path):
                 used -= own.reserved + own.spent
             if used + amount > link.spend_amount:
-                problems.append(f"delegation {link.delegation_id!r} spend limit {link.spend_amount} "
-                                f"{link.spend_currency} would be exceeded ({used} already spent or reserved)")
+                problems.append(f"delegation {link.delegation_id!r} spend limit {decimal_text(link.spend_amount)} "
+                                f"{link.spend_currency} would be exceeded ({decimal_text(used)} already spent or reserved)")
 
     if binding is None:
         problems.append(f"agent {inputs.agent_id!r} has no active liability binding for root principal "
                         f"{task.root_principal!r}")
     elif binding.coverage_amount is not None and amount is not None and (
             binding.coverage_currency != currency or amount > binding.coverage_amount):
-        problems.append(f"liability binding {binding.binding_id!r} covers {binding.coverage_amount} "
-                        f"{binding.coverage_currency}, not {amount} {currency}")
+        problems.append(f"liability binding {binding.binding_id!r} covers {decimal_text(binding.coverage_amount)} "
+                        f"{binding.coverage_currency}, not {decimal_text(amount)} {currency}")
 
     session_ref = session.session_id if session is not None else None
     if problems:
         return CommerceFound(Outcome.fail("commerce", *problems), session_ref, amount, currency)
-    return CommerceFound(Outcome.ok("commerce", f"{amount} {currency} fits commerce session {session.session_id!r}, "
+    return CommerceFound(Outcome.ok("commerce", f"{decimal_text(amount)} {currency} fits commerce session {session.session_id!r}, "
                                                 f"the spend limits of the delegation chain, and liability binding "
                                                 f"{binding.binding_id!r}"), session_ref, amount, currency)
 

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agp_project import errors
+from agp_project.exactjson import decimal_text
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append
@@ -174,7 +175,7 @@ def _delegation_spend(*, parent: Delegation, requested: dict[str, Any] | None) -
             details={"parent_delegation_id": parent.delegation_id, "constraint": "spend_limit"})
     if currency != parent.spend_currency or amount > parent.spend_amount:
         raise errors.DelegationScopeViolation(
-            f"spend_limit must be in {parent.spend_currency} and at most {parent.spend_amount}.",
+            f"spend_limit must be in {parent.spend_currency} and at most {decimal_text(parent.spend_amount)}.",
             details={"parent_delegation_id": parent.delegation_id, "constraint": "spend_limit",
                      "max_allowed": {"currency": parent.spend_currency, "amount": str(parent.spend_amount)}})
     return currency, amount

@@ -82,8 +82,13 @@ def test_it_lets_an_auditor_verify_the_ledger_and_read_an_envelope_without_any_w
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
     wait.until(expected_conditions.presence_of_element_located((By.ID, "user-tools")))
     assert "Site administration" in browser.title
+    dashboard_link = browser.find_element(By.LINK_TEXT, "Dashboard")
+    assert dashboard_link.size["height"] < 2 * dashboard_link.size["width"]  # on one line, not a letter a line
 
     browser.get(f"{live_server.url}/admin/core/ledgerevent/")
+    button, note = browser.find_element(By.ID, "verify-ledger"), browser.find_element(By.ID, "newest-checkpoint")
+    assert button.location["y"] + button.size["height"] <= note.location["y"]  # the button covers no text
+
     rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     assert len(rows) == LedgerEvent.objects.count()
     browser.find_element(By.ID, "verify-ledger").click()

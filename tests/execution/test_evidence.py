@@ -346,3 +346,18 @@ def test_verify_evidence_trusts_only_the_keys_it_is_told_to(api, tmp_path):
     assert pinned.stderr.startswith(f"FAILED: checkpoint {bundle['checkpoint']['tree_size']}: it is signed with key")
     with pytest.raises(ValueError, match="say which keys to trust"):
         verify_evidence(bundle)
+
+
+def test_verify_evidence_can_trust_the_keys_the_service_publishes(transactional_db, api, live_server, tmp_path):
+    from core.models import LedgerHead
+
+    LedgerHead.objects.get_or_create(pk=1)  # a transactional test before may have flushed it
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(evidence(api, make_executed_action(api)["action_id"])))
+
+    done = verify_file(path, "--service", live_server.url)
+    unreachable = verify_file(path, "--service", "http://127.0.0.1:9")
+
+    assert done.returncode == 0, done.stderr
+    assert f"from the service at {live_server.url}" in done.stdout
+    assert unreachable.returncode == 2 and "cannot read the service's JWKS" in unreachable.stderr
