@@ -5,11 +5,12 @@ Registration (``registry``) lists a server's tools to pin them; execution (``exe
 definition still hashes to the pin. Both live above this module, which knows nothing of
 skills or operations: it speaks the protocol, guards the address and keeps time.
 
-- **Pins.** A tool's canonical definition is ``{"name", "description", "inputSchema"}``
-  (``description`` null when the server gives none) in RFC 8785 canonical JSON;
-  ``tool_definition_hash`` is ``sha256:<hex>`` of it. Annotations, titles, icons and the
-  output schema are not part of it: C16 pins what the agent's model reads to decide
-  what to send (the description and the input schema), and the name it calls.
+- **Pins.** A tool's canonical definition is ``{"name", "title", "description",
+  "inputSchema", "outputSchema", "annotations"}`` (each member the server leaves out is
+  null) in RFC 8785 canonical JSON; ``tool_definition_hash`` is ``sha256:<hex>`` of it.
+  That is everything a client reads to decide what to call, with what, and how careful to
+  be: a tool whose annotations turn ``destructiveHint`` true is a changed tool. Icons and
+  ``_meta`` are not part of it (display and the server's own bookkeeping).
 - **SSRF** (C8). Every exchange starts with ``url_guard``: ``http``/``https`` only, and
   unless ``AGP_ALLOW_PRIVATE_URLS`` is set every address the host resolves to must be
   public. The SDK talks through ``httpx2``, which does not pass through the
@@ -26,8 +27,9 @@ skills or operations: it speaks the protocol, guards the address and keeps time.
   safe to repeat; the call itself is not, whatever the tool's annotations claim (they are
   the server's unreviewed hints, outside the pin).
 
-The SDK is asynchronous: each public function runs one session in a fresh event loop
-(``anyio.run``) and returns plain JSON-shaped values.
+The SDK is asynchronous: ``tools_list`` runs one session in a fresh event loop
+(``anyio.run``); ``tool_call`` is a coroutine, for the connector's retry loop and the MCP
+gateway's server alike. Both return plain JSON-shaped values.
 """
 
 from collections.abc import Awaitable, Callable
@@ -76,9 +78,13 @@ class ToolChanged(MCPFailure):
         self.current = current
 
 
+# The members of a listed tool that its pin covers (docs/decisions/mcp-tools.md).
+PINNED_MEMBERS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+
 def tool_definition(tool: dict[str, Any]) -> dict[str, Any]:
-    """The part of a listed tool that is pinned: ``name``, ``description``, ``inputSchema``."""
-    return {"name": tool["name"], "description": tool.get("description"), "inputSchema": tool["inputSchema"]}
+    """The part of a listed tool that is pinned (``PINNED_MEMBERS``, null when absent)."""
+    return {member: tool.get(member) for member in PINNED_MEMBERS}
 
 
 def tool_definition_hash(tool: dict[str, Any]) -> str:
@@ -107,17 +113,24 @@ def tools_list(url: str, *, timeout: float, field: str = "endpoint_url") -> list
     return _run(guarded, timeout, work)
 
 
-def tool_call(url: str, *, name: str, arguments: dict[str, Any], pinned_hash: str, timeout: float,
-              field: str = "endpoint_url") -> dict[str, Any]:
+async def tool_call(url: str, *, name: str, arguments: dict[str, Any], pinned_hash: str, timeout: float,
+                    field: str = "endpoint_url") -> dict[str, Any]:
     """Call tool ``name`` with ``arguments`` if its current definition still hashes to ``pinned_hash``.
 
     One session: ``tools/list``, compare, then ``tools/call``. Returns the tool result as
     MCP JSON: ``{"content": [...], "isError": bool}`` plus ``"structuredContent"`` when
     the tool gave one. Raises ``UnsafeURL``, ``ToolChanged`` (no call was made) or
     ``MCPFailure`` (``call_sent`` says whether the tool may have run).
-    """
-    guarded = url_guard(url, field=field)
 
+    Asynchronous, in the caller's event loop (the worker's connector runs it in one of its
+    own; the MCP gateway in the server's). The address guard resolves the host (a blocking
+    DNS look-up), so it runs in a worker thread.
+    """
+    guarded = await anyio.to_thread.run_sync(lambda: url_guard(url, field=field))
+    return await _session(guarded, timeout, _pinned_call(name=name, arguments=arguments, pinned_hash=pinned_hash))
+
+
+def _pinned_call(*, name: str, arguments: dict[str, Any], pinned_hash: str):
     async def work(client: Client, progress: "_Progress") -> dict[str, Any]:
         listed = [tool for tool in await _listing(client) if tool.name == name]
         if not listed:
@@ -139,7 +152,7 @@ def tool_call(url: str, *, name: str, arguments: dict[str, Any], pinned_hash: st
         result = await client.session.call_tool(name, arguments)
         return _result_json(result)
 
-    return _run(guarded, timeout, work)
+    return work
 
 
 # --- the session --------------------------------------------------------------------------
@@ -219,10 +232,15 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
 
 def _run(guarded: GuardedURL, timeout: float,
          work: Callable[[Client, _Progress], Awaitable[T]]) -> T:
-    """Open a session with the guarded server, run ``work`` in it, close it; all within the deadline."""
-    progress = _Progress()
+    """Open a session with the guarded server, run ``work`` in it, close it: in a fresh event loop."""
+    return anyio.run(_session, guarded, timeout, work)
 
-    async def session() -> T:
+
+async def _session(guarded: GuardedURL, timeout: float, work: Callable[[Client, _Progress], Awaitable[T]]) -> T:
+    """One session with the guarded server running ``work``, all within the deadline; every
+    failure is an ``MCPFailure`` (or the guard's ``UnsafeURL``)."""
+    progress = _Progress()
+    try:
         with anyio.fail_after(ROUNDS * timeout):
             async with httpx2.AsyncClient(transport=PinnedTransport(guarded), timeout=httpx2.Timeout(timeout),
                                           trust_env=False, follow_redirects=False,
@@ -230,9 +248,6 @@ def _run(guarded: GuardedURL, timeout: float,
                 async with Client(streamable_http_client(guarded.url, http_client=http), cache=None,
                                   read_timeout_seconds=timeout, client_info=CLIENT_INFO) as client:
                     return await work(client, progress)
-
-    try:
-        return anyio.run(session)
     except Exception as exc:  # the SDK's task groups wrap what went wrong in exception groups
         own = _own_failure(exc)
         if own is not None:

@@ -203,7 +203,8 @@ class Skill(models.Model):
     # external: the API client whose receipts complete this skill's operations; empty means
     # the client that submitted the envelope (execution/runner.py, receipt_submit).
     executor_client_id = models.CharField(max_length=128, blank=True, default="")
-    # [{"name", "definition_hash"}] sorted by name: what registration listed (registry/tool_pins.py).
+    # [{"name", "definition_hash", "definition"}] sorted by name: what registration listed
+    # (registry/tool_pins.py).
     tool_pins = ExactJSONField(default=list, blank=True)
     supersedes = models.CharField(max_length=128, null=True, blank=True)
     status = models.CharField(max_length=16, choices=SkillStatus.choices, default=SkillStatus.ACTIVE)

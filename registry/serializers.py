@@ -347,10 +347,13 @@ class HttpUrlField(serializers.URLField):
 
 
 class ToolPinSerializer(serializers.Serializer):
-    """One pinned MCP tool: its name and ``sha256:`` of its canonical definition."""
+    """One pinned MCP tool: its name, its canonical definition and that definition's ``sha256:``."""
 
     name = serializers.CharField()
     definition_hash = serializers.CharField()
+    definition = serializers.DictField(required=False, help_text=(
+        "name, title, description, inputSchema, outputSchema and annotations as the server listed them "
+        "(null where it gave none): what the hash covers and what the MCP gateway lists to agents."))
 
 
 # Connectors that call the skill's endpoint_url.
