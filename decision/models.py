@@ -11,6 +11,7 @@ from .choices import (
     ApprovalVerdict,
     BacktestStatus,
     CommerceSessionStatus,
+    DecidedBy,
     DecisionOutcome,
     DecisionStatus,
     EscalationStatus,
@@ -85,6 +86,8 @@ class Decision(ConcurrentTransitionMixin, models.Model):
                                           to_field="evaluation_id", db_column="policy_evaluation_ref",
                                           related_name="decisions")
     status = FSMField(max_length=16, choices=DecisionStatus.choices, default=DecisionStatus.DRAFT, protected=True)
+    # "policy": made by the task's policy set for an action made in one call (docs/reference/gateway.md).
+    decided_by = models.CharField(max_length=16, choices=DecidedBy.choices, default=DecidedBy.CLIENT)
     finalised_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it

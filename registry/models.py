@@ -31,6 +31,10 @@ class Task(ConcurrentTransitionMixin, models.Model):
     action_class = models.CharField(max_length=16, choices=ActionClass.choices, default=ActionClass.READ)
     status = FSMField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN, db_index=True,
                       protected=True)
+    # The policy set that governs the task's actions made in one call (an envelope without a
+    # decision, a tool call through the MCP gateway): docs/reference/gateway.md.
+    policy_set = models.ForeignKey("PolicySet", null=True, blank=True, on_delete=models.PROTECT,
+                                   to_field="policy_set_id", db_column="policy_set_id", related_name="tasks")
     created_at = models.DateTimeField()
     created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 

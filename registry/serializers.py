@@ -230,6 +230,9 @@ class TaskSerializer(StrictSerializer):
     risk_level = serializers.ChoiceField(choices=RiskLevel.choices)
     action_class = serializers.ChoiceField(choices=ActionClass.choices)
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
+    policy_set_id = IdField(required=False, allow_null=True, default=None, help_text=(
+        "The policy set that governs the task's actions made in one call: an action envelope without "
+        "decision_ref and policy_decision_ref, or a tool call through the MCP gateway at /mcp."))
     created_at = serializers.DateTimeField(required=False)
     created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 

@@ -12,7 +12,7 @@ from agp_project.ids import new_id
 from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
 
-from ..choices import DecisionOutcome, DecisionStatus, Recommendation
+from ..choices import DecidedBy, DecisionOutcome, DecisionStatus, Recommendation
 from ..models import Context, Decision, EvidenceBundle, PolicyEvaluation
 from ..selectors import impact_assessment_required, impact_assessment_standing
 from .common import failed_check, record_created_at, task_required, unique_id
@@ -52,6 +52,15 @@ def decision_create(*, actor: str, task_id: str, agent_id: str, outcome: str, ra
             problems["policy_evaluation_ref"] = [f"Policy evaluation {policy_evaluation_ref!r} is for another task."]
     if problems:
         raise errors.invalid_fields(problems)
+    if outcome == DecisionOutcome.APPROVE and evaluation is not None and not evaluation.allowed:
+        # An approval of what the policy refused would only be caught when an envelope cites
+        # it (check 5): refused here, when it is made.
+        reasons = (evaluation.result or {}).get("reasons") or []
+        raise errors.PrerequisiteFailed(
+            "An approve decision needs an evaluation that allowed the action.",
+            details={"failed_checks": [failed_check(
+                "policy_evaluation_allows", f"policy evaluation {evaluation.evaluation_id!r} did not allow the action"
+                + (f" ({', '.join(map(str, reasons))})" if reasons else ""))]})
     with unique_id("decision", "decision_id", decision_id), transaction.atomic():
         decision = Decision.objects.create(
             decision_id=decision_id, task=task, agent_id=agent_id, outcome=outcome, rationale=rationale,
@@ -60,7 +69,7 @@ def decision_create(*, actor: str, task_id: str, agent_id: str, outcome: str, ra
         ledger_append(event_type="decision.created", resource_type="Decision", resource_id=decision_id, actor=actor,
                       root_principal=task.root_principal, payload={"task_id": task_id, "agent_id": agent_id, "outcome": outcome,
                                "context_ref": context_ref, "evidence_refs": evidence_refs,
-                               "policy_evaluation_ref": policy_evaluation_ref})
+                               "policy_evaluation_ref": policy_evaluation_ref, "decided_by": DecidedBy.CLIENT})
     return decision
 
 
