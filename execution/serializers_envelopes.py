@@ -76,8 +76,13 @@ class ActionEnvelopeSerializer(StrictSerializer):
     parameters_hash = serializers.CharField(read_only=True)
     allowed_parameter_ranges = serializers.DictField(read_only=True)
     capability_token_ref = serializers.CharField(max_length=128)
-    decision_ref = serializers.CharField(max_length=128)
-    policy_decision_ref = serializers.CharField(max_length=128)
+    # Both or neither: without them the task's policy set decides, in this one request.
+    decision_ref = serializers.CharField(max_length=128, required=False, help_text=(
+        "The finalised decision that clears the action. Leave it and policy_decision_ref out to have the "
+        "task's policy set (policy_set_id) evaluate the action and decide in this one request."))
+    policy_decision_ref = serializers.CharField(max_length=128, required=False, help_text=(
+        "The policy evaluation of this exact action that the decision was made on; with decision_ref, or "
+        "neither."))
     approval_ref = serializers.CharField(read_only=True, allow_null=True)
     commerce_session_ref = serializers.CharField(read_only=True, allow_null=True)
     payment_ref = serializers.CharField(read_only=True, allow_null=True)
@@ -97,6 +102,14 @@ class ActionEnvelopeSerializer(StrictSerializer):
         if problems:
             raise serializers.ValidationError(problems)
         return value
+
+    def validate(self, attrs):
+        given = [name for name in ("decision_ref", "policy_decision_ref") if attrs.get(name)]
+        if len(given) == 1:
+            missing = "policy_decision_ref" if given == ["decision_ref"] else "decision_ref"
+            raise serializers.ValidationError({missing: [
+                f"Required with {given[0]}; leave both out to have the task's policy set decide."]})
+        return attrs
 
     def validate_callback_url(self, value):
         # Refused up front (400) as well as at delivery: a callback to a private, loopback or

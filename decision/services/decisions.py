@@ -11,6 +11,7 @@ from agp_project import errors
 from agp_project.ids import new_id
 from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
+from registry.models import Task
 
 from ..choices import DecidedBy, DecisionOutcome, DecisionStatus, Recommendation
 from ..models import Context, Decision, EvidenceBundle, PolicyEvaluation
@@ -123,13 +124,47 @@ def decision_status_set(*, actor: str, decision_id: str, status: str, now: datet
                 details={"failed_checks": failed})
         if failed:
             raise errors.PrerequisiteFailed("The decision cannot be finalised.", details={"failed_checks": failed})
-        decision.finalise()
-        decision.finalised_at = now or timezone.now()
-        try:
-            decision.save()
-        except ConcurrentTransition:
-            raise errors.InvalidTransition(from_state=DecisionStatus.FINALISED, to_state=status, allowed=[]) from None
-        ledger_append(event_type="decision.finalised", resource_type="Decision", resource_id=decision_id,
-                      actor=actor, root_principal=decision.task.root_principal, payload=
-{"task_id": decision.task_id, "outcome": decision.outcome})
+        decision_finalise_locked(decision, actor=actor, root_principal=decision.task.root_principal,
+                                 now=now or timezone.now())
+    return decision
+
+
+def decision_finalise_locked(decision: Decision, *, actor: str, root_principal: str, now: datetime) -> None:
+    """``draft -> finalised`` of a decision the caller locked and found ready, with its ledger event."""
+    decision.finalise()
+    decision.finalised_at = now
+    try:
+        decision.save()
+    except ConcurrentTransition:
+        raise errors.InvalidTransition(from_state=DecisionStatus.FINALISED, to_state=DecisionStatus.FINALISED,
+                                       allowed=[]) from None
+    ledger_append(event_type="decision.finalised", resource_type="Decision", resource_id=decision.decision_id,
+                  actor=actor, root_principal=root_principal,
+                  payload={"task_id": decision.task_id, "outcome": decision.outcome})
+
+
+def decision_by_policy(*, actor: str, task: Task, agent_id: str, evaluation: PolicyEvaluation, waits: bool,
+                       now: datetime) -> Decision:
+    """The decision the task's policy set made on ``evaluation`` (an action made in one call), in
+    the caller's transaction: ``approve`` when it allowed, else ``deny``.
+
+    An ``approve`` that ``waits`` for people (approvals, an impact assessment) stays a draft;
+    every other decision is final at once: nothing about a refusal waits.
+    """
+    allowed = evaluation.allowed
+    outcome = DecisionOutcome.APPROVE if allowed else DecisionOutcome.DENY
+    final = not (allowed and waits)
+    reasons = (evaluation.result or {}).get("reasons") or []
+    rationale = (f"Policy set {evaluation.policy_set_id!r} " + ("allowed the action" if allowed else "did not allow the action")
+                 + (f": {'; '.join(map(str, reasons))}" if reasons else "") + ".")
+    decision = Decision.objects.create(
+        decision_id=new_id("dec"), task=task, agent_id=agent_id, outcome=outcome, rationale=rationale,
+        policy_evaluation=evaluation, decided_by=DecidedBy.POLICY, created_at=now, created_by=actor)
+    ledger_append(event_type="decision.created", resource_type="Decision", resource_id=decision.decision_id,
+                  actor=actor, root_principal=task.root_principal, payload={
+                      "task_id": task.task_id, "agent_id": agent_id, "outcome": outcome, "context_ref": None,
+                      "evidence_refs": [], "policy_evaluation_ref": evaluation.evaluation_id,
+                      "decided_by": DecidedBy.POLICY})
+    if final:
+        decision_finalise_locked(decision, actor=actor, root_principal=task.root_principal, now=now)
     return decision
