@@ -133,7 +133,7 @@ def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: fro
             raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=_ledger_mode(mode))
     action = action_document(tool_id=inputs.tool_id, operation=inputs.operation, parameters=inputs.parameters)
-    if mode != VALIDATE:
+    if mode == EXECUTE:  # a worker will be told; inline, the caller executes it
         broker_ensure_reachable()
     try:
         return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,

@@ -47,6 +47,20 @@ def money_parameter_problems(parameters: dict[str, Any]) -> dict[str, list[str]]
     return problems
 
 
+def parameters_problems(parameters: dict[str, Any]) -> str | dict[str, list[str]] | None:
+    """Why ``parameters`` cannot be an envelope's, or None.
+
+    They are hashed (RFC 8785) into parameters_hash: what has no canonical form (integers
+    beyond 2**53, non-finite numbers) is refused instead of failing later; and money must
+    be money (``money_parameter_problems``).
+    """
+    try:
+        content_hash(parameters)
+    except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
+        return f"Not representable as canonical JSON: {exc}"
+    return money_parameter_problems(parameters) or None
+
+
 class GovernanceAttestationSerializer(serializers.Serializer):
     agent_id = serializers.CharField()
     agent_role = serializers.ChoiceField(choices=["executive"])
@@ -92,13 +106,7 @@ class ActionEnvelopeSerializer(StrictSerializer):
     signature = SignatureSerializer(read_only=True)
 
     def validate_parameters(self, value):
-        # The parameters are hashed (RFC 8785) into parameters_hash: refuse what has no
-        # canonical form (integers beyond 2**53, non-finite numbers) instead of failing later.
-        try:
-            content_hash(value)
-        except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
-            raise serializers.ValidationError(f"Not representable as canonical JSON: {exc}") from None
-        problems = money_parameter_problems(value)
+        problems = parameters_problems(value)
         if problems:
             raise serializers.ValidationError(problems)
         return value
