@@ -85,6 +85,11 @@ class Connector(ABC):
     def execute(self, call: Call) -> dict[str, Any]:
         """Run the tool call; the result is hashed into the receipt."""
 
+    async def execute_async(self, call: Call, **options) -> dict[str, Any]:
+        """``execute`` from an event loop (the MCP gateway's), in a worker thread unless the
+        connector is asynchronous itself. ``options``: what an asynchronous connector can use."""
+        return await anyio.to_thread.run_sync(self.execute, call)
+
     def runs_in_claim(self, call: Call) -> bool:
         """True when ``call`` is instant and touches nothing outside this process.
 
@@ -250,8 +255,11 @@ class McpConnector(Connector):
     def execute(self, call: Call) -> dict[str, Any]:
         return anyio.run(self.execute_async, call)
 
-    async def execute_async(self, call: Call) -> dict[str, Any]:
-        """The call in the caller's event loop (the MCP gateway's server runs it so)."""
+    async def execute_async(self, call: Call, *, pool: mcp_client.SessionPool | None = None,
+                            listing=None) -> dict[str, Any]:
+        """The call in the caller's event loop. The MCP gateway passes its ``pool`` of open
+        sessions, and the server's ``listing`` asked while it governed the call (the pin is
+        compared with it; a retry lists again)."""
         if not call.endpoint_url:
             raise ExecutionFailed("The skill has no endpoint_url.", details={"connector": self.name})
         pinned = mcp_pinned_hash(call)
@@ -261,8 +269,8 @@ class McpConnector(Connector):
         for attempt in range(1, attempts + 1):
             try:
                 result = await mcp_client.tool_call(call.endpoint_url, name=call.operation, arguments=arguments,
-                                                    pinned_hash=pinned,
-                                                    timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS)
+                                                    pinned_hash=pinned, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS,
+                                                    pool=pool, listing=listing if attempt == 1 else None)
             except UnsafeURL as exc:
                 raise ExecutionFailed(f"The skill's endpoint was refused: {exc.reason}.",
                                       details={"connector": self.name, "reason": exc.reason}) from None

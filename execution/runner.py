@@ -282,10 +282,11 @@ def _connector_run(connector, claim: Claim) -> Ran:
     return _connector_succeeded(claim, result)
 
 
-async def connector_run_async(connector, claim: Claim) -> Ran:
-    """``_connector_run`` in the caller's event loop (the MCP gateway's server)."""
+async def connector_run_async(connector, claim: Claim, **options) -> Ran:
+    """``_connector_run`` in the caller's event loop (the MCP gateway's server), with the
+    connector's ``options`` (``McpConnector.execute_async``)."""
     try:
-        result = await connector.execute_async(claim.call)
+        result = await connector.execute_async(claim.call, **options)
     except Exception as exc:
         return _connector_failed(claim, exc)
     return _connector_succeeded(claim, result)

@@ -41,6 +41,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 
 from agp_project import errors
 from agp_project.ids import new_id
+from agp_project.mcp_client import SessionPool, tools_list_pooled
 from auth_tokens.authentication import principal_from_authorization
 from auth_tokens.kinds import ClientKind
 from auth_tokens.services import ANONYMOUS, ClientPrincipal, auth_enabled
@@ -69,6 +70,8 @@ ERROR_META = "agp/error"
 # What a connection needs to act: the scope of action envelopes.
 GATEWAY_SCOPE = "agp.execution.write"
 EXECUTOR = f"gateway@{socket.gethostname()}:{os.getpid()}"
+# Open sessions with the upstream MCP servers, kept in the gateway's event loop.
+UPSTREAM = SessionPool()
 
 # Threads that run the gateway's database work, each keeping its connection between calls
 # (as a web thread does). A web process serves as many MCP requests at once as it has threads.
@@ -151,9 +154,10 @@ def _meta_text(meta: dict | None, key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _governed_call(*, caller: Caller, name: str, arguments: dict[str, Any], task_id: str, session_id: str):
-    """Everything before the upstream call, in one database thread: the tool, the inputs, the
-    one governed action (written, and its operation claimed by this process)."""
+def _call_inputs(*, caller: Caller, name: str, arguments: dict[str, Any], task_id: str,
+                 session_id: str) -> tuple[GatewayTool, EnvelopeInputs]:
+    """The tool called and the envelope it asks for; a 400 for a call that names no task or
+    sends parameters no envelope can hold, an MCP error for a tool the agent was not shown."""
     if not task_id:
         raise errors.invalid_fields({TASK_META: [
             f"Name the task: the {TASK_HEADER} header of the connection, or _meta[{TASK_META!r}] of the call."]})
@@ -169,8 +173,7 @@ def _governed_call(*, caller: Caller, name: str, arguments: dict[str, Any], task
                             operation=tool.operation, capability_token_ref=tool.capability_id, decision_ref="",
                             policy_decision_ref="", created_at=timezone.now(), parameters=arguments,
                             commerce_session_id=session_id)
-    return action_govern(inputs=inputs, actor=caller.principal.client_id, mode=INLINE,
-                         tenants=caller.principal.tenants, executor=EXECUTOR)
+    return tool, inputs
 
 
 def refused(error: errors.AGPError) -> types.CallToolResult:
@@ -208,8 +211,18 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     task_id = _meta_text(params.meta, TASK_META) or caller.task_id
     session_id = _meta_text(params.meta, COMMERCE_META) or caller.commerce_session_id
     try:
-        governed = await in_db(_governed_call, caller=caller, name=params.name, arguments=params.arguments or {},
-                               task_id=task_id, session_id=session_id)
+        tool, inputs = await in_db(_call_inputs, caller=caller, name=params.name,
+                                   arguments=params.arguments or {}, task_id=task_id, session_id=session_id)
+    except errors.AGPError as exc:
+        return refused(exc)
+    # The tool's definition is read again while the call is governed (one round trip saved);
+    # the pin is compared with that reading before the call is made.
+    listing = asyncio.ensure_future(tools_list_pooled(tool.endpoint_url, pool=UPSTREAM,
+                                                      timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS))
+    listing.add_done_callback(_quietly)
+    try:
+        governed = await in_db(action_govern, inputs=inputs, actor=caller.principal.client_id, mode=INLINE,
+                               tenants=caller.principal.tenants, executor=EXECUTOR)
     except errors.AGPError as exc:
         return refused(exc)
     claim = governed.claim
@@ -218,14 +231,21 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return _result({"content": [{"type": "text", "text": (
             f"Accepted: operation {claim.operation_id} waits for its external executor's receipt.")}],
             "isError": False, "_meta": {"agp/operation_id": claim.operation_id}})
+    options = {"pool": UPSTREAM, "listing": listing} if claim.call.endpoint_url == tool.endpoint_url else {}
     with lease_kept(operation_id=claim.operation_id, fence=claim.fence):
-        status, result, error = await connector_run_async(connector, claim)
+        status, result, error = await connector_run_async(connector, claim, **options)
     receipt = await in_db(operation_finish, operation_id=claim.operation_id, fence=claim.fence, status=status,
                           result=result, error=error, executor=EXECUTOR, governance=claim.governance)
     if receipt is None:  # the claim was taken over meanwhile (the lease lapsed): its outcome is not ours
         return refused(errors.Conflict("The call's operation was taken over by another executor; its outcome "
                                        f"is recorded there (operation {claim.operation_id})."))
     return _outcome(result, error, receipt)
+
+
+def _quietly(future: asyncio.Future) -> None:
+    """A listing nobody awaited (the call was refused) may have failed: that is not news."""
+    if not future.cancelled():
+        future.exception()
 
 
 def build_server() -> Server:

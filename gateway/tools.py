@@ -29,6 +29,7 @@ class GatewayTool:
     operation: str  # the tool's own name: the envelope's operation
     capability_id: str
     definition: dict[str, Any]  # as pinned: name, title, description, inputSchema, outputSchema, annotations
+    endpoint_url: str  # the MCP server of the skill
 
     def listed(self) -> dict[str, Any]:
         """The tool as ``tools/list`` shows it: the pinned definition under the gateway's name."""
@@ -43,7 +44,7 @@ def agent_tools(*, agent_id: str, tenant: str | None) -> list[GatewayTool]:
     in_tenant = Q() if tenant is None else Q(root_principal__isnull=True) | Q(root_principal=tenant)
     skills = list(Skill.objects.filter(in_tenant, agent_id=agent_id, connector=Connector.MCP,
                                        status=SkillStatus.ACTIVE)
-                  .order_by("-created_at", "-pk").only("skill_id", "tool_id", "tool_pins")[:MAX_ROWS])
+                  .order_by("-created_at", "-pk").only("skill_id", "tool_id", "tool_pins", "endpoint_url")[:MAX_ROWS])
     if not skills:
         return []
     capabilities = list(Capability.objects.filter(
@@ -75,5 +76,6 @@ def agent_tools(*, agent_id: str, tenant: str | None) -> list[GatewayTool]:
             if capability is not None:
                 name = f"{skill.tool_id}.{pin['name']}"
                 tools[name] = GatewayTool(name=name, tool_id=skill.tool_id, operation=pin["name"],
-                                          capability_id=capability.capability_id, definition=pin["definition"])
+                                          capability_id=capability.capability_id, definition=pin["definition"],
+                                          endpoint_url=skill.endpoint_url)
     return [tools[name] for name in sorted(tools)]
