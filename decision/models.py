@@ -92,6 +92,12 @@ class Decision(ConcurrentTransitionMixin, models.Model):
     created_at = models.DateTimeField()
     created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
+    class Meta:
+        # The one call finds the decision that waits for people on its task (execution/one_call.py):
+        # drafts the policy made are few, whatever the number of decisions of the task.
+        indexes = [models.Index(fields=["task", "agent_id"], name="decision_waiting_by_policy",
+                                condition=models.Q(status="draft", decided_by="policy"))]
+
     @property
     def context_ref(self) -> str | None:
         return self.context_id

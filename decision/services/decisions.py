@@ -157,14 +157,19 @@ def decision_by_policy(*, actor: str, task: Task, agent_id: str, evaluation: Pol
     reasons = (evaluation.result or {}).get("reasons") or []
     rationale = (f"Policy set {evaluation.policy_set_id!r} " + ("allowed the action" if allowed else "did not allow the action")
                  + (f": {'; '.join(map(str, reasons))}" if reasons else "") + ".")
+    # A final decision is written final (one statement); its trail still says it was made, then finalised.
     decision = Decision.objects.create(
         decision_id=new_id("dec"), task=task, agent_id=agent_id, outcome=outcome, rationale=rationale,
-        policy_evaluation=evaluation, decided_by=DecidedBy.POLICY, created_at=now, created_by=actor)
+        policy_evaluation=evaluation, decided_by=DecidedBy.POLICY,
+        status=DecisionStatus.FINALISED if final else DecisionStatus.DRAFT, finalised_at=now if final else None,
+        created_at=now, created_by=actor)
     ledger_append(event_type="decision.created", resource_type="Decision", resource_id=decision.decision_id,
                   actor=actor, root_principal=task.root_principal, payload={
                       "task_id": task.task_id, "agent_id": agent_id, "outcome": outcome, "context_ref": None,
                       "evidence_refs": [], "policy_evaluation_ref": evaluation.evaluation_id,
                       "decided_by": DecidedBy.POLICY})
     if final:
-        decision_finalise_locked(decision, actor=actor, root_principal=task.root_principal, now=now)
+        ledger_append(event_type="decision.finalised", resource_type="Decision", resource_id=decision.decision_id,
+                      actor=actor, root_principal=task.root_principal,
+                      payload={"task_id": task.task_id, "outcome": outcome})
     return decision
