@@ -252,7 +252,15 @@ def build_server() -> Server:
     return Server("agp", version="1", title="AGP gateway",
                   instructions=("Every tool call here is a governed action: the task's policy set decides, and "
                                 "each result carries its signed receipt in _meta['agp/receipt']."),
-                  on_list_tools=list_tools, on_call_tool=call_tool)
+                  on_list_tools=list_tools, on_call_tool=call_tool,
+                  # Without it the SDK runs tools/list (three queries) before every call, to check
+                  # Mcp-Param-* headers against the tool's schema. The gateway reads the arguments
+                  # from the body only, and the upstream server checks them against its schema.
+                  get_tool_input_schema=_no_header_schema)
+
+
+def _no_header_schema(name: str) -> None:
+    return None
 
 
 # --- the ASGI application -------------------------------------------------------------------------
