@@ -103,6 +103,31 @@ class AGPClient:
         self.receipts = Resource(self, "receipts")
         self.ledger_events = LedgerEvents(self, "ledger-events")
 
+    # --- one governed action in one call (docs/reference/gateway.md) --------------------
+    def govern(self, *, task_id: str, tool_id: str, operation: str | None = None, capability_id: str | None = None,
+               agent_id: str | None = None, timeout: float = 60.0):
+        """Decorate a function so that each call of it is one governed action (``agp_client.governed``)."""
+        from .governed import govern
+
+        return govern(self, task_id=task_id, tool_id=tool_id, operation=operation, capability_id=capability_id,
+                      agent_id=agent_id, timeout=timeout)
+
+    def governed_action(self, *, task_id: str, tool_id: str, operation: str, parameters: dict[str, Any] | None = None,
+                        capability_id: str | None = None, agent_id: str | None = None, timeout: float = 60.0):
+        """A context manager around one governed action: cleared on entry, its receipt posted on exit
+        with the hash of what was assigned to ``.result`` (``agp_client.governed``)."""
+        from .governed import GovernedAction
+
+        return GovernedAction(self, task_id=task_id, tool_id=tool_id, operation=operation, parameters=parameters,
+                              capability_id=capability_id, agent_id=agent_id, timeout=timeout)
+
+    def mcp_session(self, *, task_id: str | None = None, commerce_session_id: str | None = None):
+        """An MCP client session (the official SDK's ``Client``) with the gateway at ``/mcp``, carrying
+        this client's token (``agp_client.gateway``); use it with ``async with``."""
+        from .gateway import gateway_session
+
+        return gateway_session(self, task_id=task_id, commerce_session_id=commerce_session_id)
+
     # --- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         self._transport.close()

@@ -143,6 +143,12 @@ class PrerequisiteFailedError(AGPError):
     def failed_checks(self) -> list[dict[str, Any]]:
         return list(self.details.get("failed_checks", []))
 
+    @property
+    def decision_id(self) -> str | None:
+        """The decision that waits for people (approvals, an impact assessment) when the task's
+        policy set decided so; the same call clears once they have acted. None otherwise."""
+        return self.details.get("decision_id")
+
 
 class ImpactAssessmentRequiredError(PrerequisiteFailedError):
     default_code = "AGP_IMPACT_ASSESSMENT_REQUIRED"

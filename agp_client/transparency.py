@@ -135,6 +135,11 @@ def event_problem(event: Any, proof: Any, checkpoint: dict[str, Any]) -> str | N
     return None
 
 
+# The bundle's records that governed the action, and the id member of each.
+GOVERNANCE_RECORDS = (("policy_evaluation", "evaluation_id"), ("decision", "decision_id"),
+                      ("approvals", "approval_id"), ("impact_assessments", "assessment_id"))
+
+
 def _links_problem(bundle: dict[str, Any]) -> str | None:
     """Why the records and events of a bundle are not about one action, or None."""
     action_id, records = bundle["action_id"], bundle["records"]
@@ -148,6 +153,11 @@ def _links_problem(bundle: dict[str, Any]) -> str | None:
     ids = {action_id}
     ids.update(record[key] for record, key in ((operation, "operation_id"), (receipt, "receipt_id"),
                                                 (payment, "payment_id")) if isinstance(record, dict))
+    # The records that governed the action (its evaluation, decision, approvals, assessments):
+    # their events are part of its story.
+    for key, member in GOVERNANCE_RECORDS:
+        found = records.get(key)
+        ids.update(row[member] for row in (found if isinstance(found, list) else [found]) if isinstance(row, dict))
     accepted = False
     for item in bundle["ledger_events"]:
         event = item["event"]

@@ -5,11 +5,12 @@ Registration (``registry``) lists a server's tools to pin them; execution (``exe
 definition still hashes to the pin. Both live above this module, which knows nothing of
 skills or operations: it speaks the protocol, guards the address and keeps time.
 
-- **Pins.** A tool's canonical definition is ``{"name", "description", "inputSchema"}``
-  (``description`` null when the server gives none) in RFC 8785 canonical JSON;
-  ``tool_definition_hash`` is ``sha256:<hex>`` of it. Annotations, titles, icons and the
-  output schema are not part of it: C16 pins what the agent's model reads to decide
-  what to send (the description and the input schema), and the name it calls.
+- **Pins.** A tool's canonical definition is ``{"name", "title", "description",
+  "inputSchema", "outputSchema", "annotations"}`` (each member the server leaves out is
+  null) in RFC 8785 canonical JSON; ``tool_definition_hash`` is ``sha256:<hex>`` of it.
+  That is everything a client reads to decide what to call, with what, and how careful to
+  be: a tool whose annotations turn ``destructiveHint`` true is a changed tool. Icons and
+  ``_meta`` are not part of it (display and the server's own bookkeeping).
 - **SSRF** (C8). Every exchange starts with ``url_guard``: ``http``/``https`` only, and
   unless ``AGP_ALLOW_PRIVATE_URLS`` is set every address the host resolves to must be
   public. The SDK talks through ``httpx2``, which does not pass through the
@@ -26,10 +27,12 @@ skills or operations: it speaks the protocol, guards the address and keeps time.
   safe to repeat; the call itself is not, whatever the tool's annotations claim (they are
   the server's unreviewed hints, outside the pin).
 
-The SDK is asynchronous: each public function runs one session in a fresh event loop
-(``anyio.run``) and returns plain JSON-shaped values.
+The SDK is asynchronous: ``tools_list`` runs one session in a fresh event loop
+(``anyio.run``); ``tool_call`` is a coroutine, for the connector's retry loop and the MCP
+gateway's server alike. Both return plain JSON-shaped values.
 """
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -76,9 +79,13 @@ class ToolChanged(MCPFailure):
         self.current = current
 
 
+# The members of a listed tool that its pin covers (docs/decisions/mcp-tools.md).
+PINNED_MEMBERS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+
 def tool_definition(tool: dict[str, Any]) -> dict[str, Any]:
-    """The part of a listed tool that is pinned: ``name``, ``description``, ``inputSchema``."""
-    return {"name": tool["name"], "description": tool.get("description"), "inputSchema": tool["inputSchema"]}
+    """The part of a listed tool that is pinned (``PINNED_MEMBERS``, null when absent)."""
+    return {member: tool.get(member) for member in PINNED_MEMBERS}
 
 
 def tool_definition_hash(tool: dict[str, Any]) -> str:
@@ -107,19 +114,46 @@ def tools_list(url: str, *, timeout: float, field: str = "endpoint_url") -> list
     return _run(guarded, timeout, work)
 
 
-def tool_call(url: str, *, name: str, arguments: dict[str, Any], pinned_hash: str, timeout: float,
-              field: str = "endpoint_url") -> dict[str, Any]:
+async def tool_call(url: str, *, name: str, arguments: dict[str, Any], pinned_hash: str, timeout: float,
+                    field: str = "endpoint_url", pool: "SessionPool | None" = None,
+                    listing: "Awaitable[list[dict[str, Any]]] | None" = None) -> dict[str, Any]:
     """Call tool ``name`` with ``arguments`` if its current definition still hashes to ``pinned_hash``.
 
     One session: ``tools/list``, compare, then ``tools/call``. Returns the tool result as
     MCP JSON: ``{"content": [...], "isError": bool}`` plus ``"structuredContent"`` when
     the tool gave one. Raises ``UnsafeURL``, ``ToolChanged`` (no call was made) or
     ``MCPFailure`` (``call_sent`` says whether the tool may have run).
-    """
-    guarded = url_guard(url, field=field)
 
+    Asynchronous, in the caller's event loop (the worker's connector runs it in one of its
+    own; the MCP gateway in the server's). The address guard resolves the host (a blocking
+    DNS look-up), so it runs in a worker thread.
+
+    ``pool``: a ``SessionPool`` of the caller's event loop, whose open session with the server
+    is used instead of a new one. ``listing``: the server's ``tools/list`` answer, asked
+    (``tools_list_pooled``) while the caller did something else since this call began; it
+    is what the pin is compared with.
+    """
+    work = _pinned_call(name=name, arguments=arguments, pinned_hash=pinned_hash, listing=listing)
+    if pool is not None:
+        return await pool.run(url, timeout, work, field=field)
+    guarded = await anyio.to_thread.run_sync(lambda: url_guard(url, field=field))
+    return await _session(guarded, timeout, work)
+
+
+async def tools_list_pooled(url: str, *, pool: "SessionPool", timeout: float,
+                            field: str = "endpoint_url") -> list[dict[str, Any]]:
+    """``tools_list`` on ``pool``'s session with the server (a coroutine)."""
+    async def work(client: Client, progress: "_Progress") -> list[dict[str, Any]]:
+        return [_tool_json(tool) for tool in await _listing(client)]
+
+    return await pool.run(url, timeout, work, field=field)
+
+
+def _pinned_call(*, name: str, arguments: dict[str, Any], pinned_hash: str,
+                 listing: Awaitable[list[dict[str, Any]]] | None = None):
     async def work(client: Client, progress: "_Progress") -> dict[str, Any]:
-        listed = [tool for tool in await _listing(client) if tool.name == name]
+        tools = await listing if listing is not None else [_tool_json(tool) for tool in await _listing(client)]
+        listed = [tool for tool in tools if tool.get("name") == name]
         if not listed:
             raise ToolChanged(f"the server no longer lists tool {name!r}", name=name, pinned=pinned_hash,
                               current=None)
@@ -127,7 +161,7 @@ def tool_call(url: str, *, name: str, arguments: dict[str, Any], pinned_hash: st
             raise ToolChanged(f"the server lists tool {name!r} {len(listed)} times", name=name,
                               pinned=pinned_hash, current=None)
         try:
-            current = tool_definition_hash(_tool_json(listed[0]))
+            current = tool_definition_hash(listed[0])
         except MCPFailure as exc:
             raise ToolChanged(exc.reason, name=name, pinned=pinned_hash, current=None) from None
         if current != pinned_hash:
@@ -139,7 +173,149 @@ def tool_call(url: str, *, name: str, arguments: dict[str, Any], pinned_hash: st
         result = await client.session.call_tool(name, arguments)
         return _result_json(result)
 
-    return _run(guarded, timeout, work)
+    return work
+
+
+# --- sessions kept open -----------------------------------------------------------------------
+class SessionPool:
+    """One open session per server, kept in the event loop of a long-lived process (the MCP
+    gateway's), so a call costs its requests and not a handshake.
+
+    A session is opened (the address guarded once, its addresses pinned for the session) on
+    first use, serves any number of concurrent works, and is closed after ``idle_seconds``
+    without work, after ``max_age_seconds``, or at its first failure; a work that fails
+    before anything could have reached the tool is tried once more on a fresh session.
+    """
+
+    def __init__(self, *, idle_seconds: float = 60.0, max_age_seconds: float = 600.0):
+        self.idle_seconds = idle_seconds
+        self.max_age_seconds = max_age_seconds
+        self._sessions: dict[str, _PooledSession] = {}
+        self._lock = anyio.Lock()
+
+    async def run(self, url: str, timeout: float, work: Callable[[Client, "_Progress"], Awaitable[T]], *,
+                  field: str = "endpoint_url") -> T:
+        for attempt in (1, 2):
+            session = await self._session(url, timeout, field)
+            try:
+                return await session.run(work)
+            except MCPFailure as exc:
+                session.close()
+                if exc.call_sent or attempt == 2 or session.fresh:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _session(self, url: str, timeout: float, field: str) -> "_PooledSession":
+        async with self._lock:  # one session per server, even when its first works arrive together
+            session = self._sessions.get(url)
+            if session is None or not session.usable(self.max_age_seconds):
+                guarded = await anyio.to_thread.run_sync(lambda: url_guard(url, field=field))
+                session = _PooledSession(guarded, timeout, self.idle_seconds)
+                await session.start()
+                self._sessions[url] = session
+            return session
+
+
+class _PooledSession:
+    """A session held open by a task of its own (the SDK's context must be entered and left in
+    one task); works run in that task's group, each within the time limit of a session."""
+
+    def __init__(self, guarded: GuardedURL, timeout: float, idle_seconds: float):
+        self.guarded, self.timeout, self.idle_seconds = guarded, timeout, idle_seconds
+        self.opened_at = anyio.current_time()
+        self.fresh = True  # no work has succeeded on it yet
+        self.closed = False
+        self._send, self._receive = anyio.create_memory_object_stream(max_buffer_size=1000)
+
+    def usable(self, max_age: float) -> bool:
+        return not self.closed and anyio.current_time() - self.opened_at < max_age
+
+    async def start(self) -> None:
+        ready = anyio.Event()
+        failure: list[BaseException] = []
+
+        async def hold() -> None:
+            try:
+                await self._hold(ready)
+            except BaseException as exc:  # reported to the opener, or to the works it strands
+                failure.append(exc)
+            finally:
+                self.closed = True
+                ready.set()
+                self._fail_waiting()
+
+        # The gateway's loop is asyncio's: the task outlives the request that opened the session.
+        asyncio.get_running_loop().create_task(hold())
+        await ready.wait()
+        if self.closed:
+            own = _own_failure(failure[0]) if failure else None
+            raise own or MCPFailure(_describe(_first_leaf(failure[0]), self.timeout) if failure
+                                    else "the session could not be opened")
+
+    async def _hold(self, ready: anyio.Event) -> None:
+        with anyio.fail_after(self.timeout):
+            http = httpx2.AsyncClient(transport=PinnedTransport(self.guarded), timeout=httpx2.Timeout(self.timeout),
+                                      trust_env=False, follow_redirects=False, headers={"User-Agent": USER_AGENT})
+            await http.__aenter__()
+        try:
+            async with Client(streamable_http_client(self.guarded.url, http_client=http), cache=None,
+                              read_timeout_seconds=self.timeout, client_info=CLIENT_INFO) as client:
+                ready.set()
+                async with anyio.create_task_group() as works:
+                    while True:
+                        with anyio.move_on_after(self.idle_seconds) as idle:
+                            try:
+                                item = await self._receive.receive()
+                            except anyio.EndOfStream:  # closed: the works under way finish first
+                                break
+                        if idle.cancelled_caught:
+                            break
+                        works.start_soon(self._serve, client, *item)
+        finally:
+            await http.aclose()
+
+    async def _serve(self, client: Client, work, done) -> None:
+        progress = _Progress()
+        outcome: Any = None
+        try:
+            with anyio.fail_after(ROUNDS * self.timeout):
+                outcome = await work(client, progress)
+            self.fresh = False
+        except Exception as exc:
+            own = _own_failure(exc)
+            outcome = own if own is not None else MCPFailure(_describe(_first_leaf(exc), self.timeout),
+                                                             call_sent=progress.call_sent)
+            if not isinstance(outcome, ToolChanged):
+                self.close()  # a failed exchange may have left the session unusable
+        finally:
+            if outcome is None:  # cancelled: the session itself failed under the work
+                outcome = MCPFailure("the session closed during the work", call_sent=progress.call_sent)
+            done.send_nowait(outcome)  # room for one: never waits
+
+    async def run(self, work):
+        if self.closed:
+            raise MCPFailure("the session was closed")
+        done_send, done_receive = anyio.create_memory_object_stream(max_buffer_size=1)
+        try:
+            self._send.send_nowait((work, done_send))
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise MCPFailure("the session is busy or closed") from None
+        outcome = await done_receive.receive()
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def close(self) -> None:
+        self.closed = True
+        self._send.close()
+
+    def _fail_waiting(self) -> None:
+        while True:
+            try:
+                _, done = self._receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            done.send_nowait(MCPFailure("the session closed before the work began"))
 
 
 # --- the session --------------------------------------------------------------------------
@@ -219,10 +395,15 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
 
 def _run(guarded: GuardedURL, timeout: float,
          work: Callable[[Client, _Progress], Awaitable[T]]) -> T:
-    """Open a session with the guarded server, run ``work`` in it, close it; all within the deadline."""
-    progress = _Progress()
+    """Open a session with the guarded server, run ``work`` in it, close it: in a fresh event loop."""
+    return anyio.run(_session, guarded, timeout, work)
 
-    async def session() -> T:
+
+async def _session(guarded: GuardedURL, timeout: float, work: Callable[[Client, _Progress], Awaitable[T]]) -> T:
+    """One session with the guarded server running ``work``, all within the deadline; every
+    failure is an ``MCPFailure`` (or the guard's ``UnsafeURL``)."""
+    progress = _Progress()
+    try:
         with anyio.fail_after(ROUNDS * timeout):
             async with httpx2.AsyncClient(transport=PinnedTransport(guarded), timeout=httpx2.Timeout(timeout),
                                           trust_env=False, follow_redirects=False,
@@ -230,9 +411,6 @@ def _run(guarded: GuardedURL, timeout: float,
                 async with Client(streamable_http_client(guarded.url, http_client=http), cache=None,
                                   read_timeout_seconds=timeout, client_info=CLIENT_INFO) as client:
                     return await work(client, progress)
-
-    try:
-        return anyio.run(session)
     except Exception as exc:  # the SDK's task groups wrap what went wrong in exception groups
         own = _own_failure(exc)
         if own is not None:

@@ -21,20 +21,24 @@ def _principal(django_request) -> ClientPrincipal | None:
         if isinstance(cached, errors.AGPError):
             raise cached
         return cached
-    header = django_request.META.get("HTTP_AUTHORIZATION", "")
-    if not header:
-        principal = None
-    else:
-        scheme, _, raw = header.partition(" ")
-        try:
-            if scheme.lower() != "bearer" or not raw.strip():
-                raise errors.Unauthenticated("The Authorization header must be 'Bearer <token>'.")
-            principal = principal_from_token(raw.strip())
-        except errors.AGPError as exc:
-            setattr(django_request, _CACHE_ATTR, exc)
-            raise
+    try:
+        principal = principal_from_authorization(django_request.META.get("HTTP_AUTHORIZATION", ""))
+    except errors.AGPError as exc:
+        setattr(django_request, _CACHE_ATTR, exc)
+        raise
     setattr(django_request, _CACHE_ATTR, principal)
     return principal
+
+
+def principal_from_authorization(header: str) -> ClientPrincipal | None:
+    """The principal of an ``Authorization`` header (the API's and the MCP gateway's one check);
+    None when there is none. Raises Unauthenticated for a header or token that is not valid."""
+    if not header:
+        return None
+    scheme, _, raw = header.partition(" ")
+    if scheme.lower() != "bearer" or not raw.strip():
+        raise errors.Unauthenticated("The Authorization header must be 'Bearer <token>'.")
+    return principal_from_token(raw.strip())
 
 
 def client_id_for_request(django_request) -> str | None:

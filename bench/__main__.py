@@ -22,7 +22,10 @@ backlog drained); (e) POST /agp/policy-evaluations with one client (and the engi
 (f) POST /agp/delegations at depth 6; (g) verify_ledger over 1,000,000 events beside one
 process SHA-256-hashing the same bytes (and the chain walked in Python); (h) eight writers
 appending to the ledger beside eight writers of PostgreSQL's own durable one-row INSERT (and
-one writer, ten events a transaction, the append through the ORM).
+one writer, ten events a transaction, the append through the ORM); (i) one call per
+governed action: a tool call through the MCP gateway against the same call made directly to
+the same upstream MCP server (``examples/mcp/crm_server.py``) with the same SDK client, one
+client (``bench/gateway.py``), and the REST one call (validate only), saturated.
 """
 
 
@@ -53,11 +56,12 @@ from bench.stack import (
     settle_database,
     terminate,
     wait_answering,
+    wait_listening,
 )
 
 SECRET = "bench-auth-secret-0123456789abcdef0123456789abcdef"
 # Scenarios driven with the seeded agent's own client (the others with the bootstrap operator).
-AS_AGENT = ("a", "b", "c")
+AS_AGENT = ("a", "b", "c", "i")
 
 
 def http_floor(env: dict, args, var_dir: Path) -> dict:
@@ -192,7 +196,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--ledger-events", type=int, default=1_000_000)
     parser.add_argument("--writers", type=int, default=8, help="writers of scenario (h)")
-    parser.add_argument("--scenarios", default="abcdefgh")
+    parser.add_argument("--scenarios", default="abcdefghi")
     parser.add_argument("--out", default=str(ROOT / "var" / "bench-results.json"))
     args = parser.parse_args()
 
@@ -202,7 +206,7 @@ def main() -> None:
                AGP_DATABASE_URL=args.database_url, AGP_BROKER_URL=args.redis_url, AGP_CACHE_URL=args.redis_url,
                AGP_CELERY_QUEUE="agp-bench", AGP_AUTH_SECRET=SECRET, AGP_CLIENT_ID="bench",
                AGP_CLIENT_SECRET="bench-secret", AGP_VAR_DIR=str(var_dir), AGP_LOG_LEVEL="WARNING",
-               AGP_DEBUG="false")
+               AGP_DEBUG="false", AGP_ALLOW_PRIVATE_URLS="1")  # (i)'s upstream MCP server is on loopback
     env.pop("AGP_OPA_URL", None)
 
     ensure_port_free(args.port)
@@ -211,8 +215,17 @@ def main() -> None:
     flush_redis(args.redis_url)
     subprocess.run([PYTHON, "manage.py", "bootstrap", "-v", "0"], env=env, cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL)
+    upstream = None
+    seed_args = [str(args.tasks)]
+    if "i" in args.scenarios:
+        upstream_port = free_port()
+        upstream = subprocess.Popen([PYTHON, str(ROOT / "examples" / "mcp" / "crm_server.py"), "--port",
+                                     str(upstream_port)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                    stderr=open(var_dir / "upstream-mcp.log", "wb"))  # noqa: SIM115
+        wait_listening(upstream, upstream_port)
+        seed_args += ["--mcp", f"http://127.0.0.1:{upstream_port}/mcp"]
     log(f"seeding through the services ({args.tasks} tasks, delegation tree of depth 6, 20 policy sets)")
-    seed = run_json([PYTHON, "-m", "bench.seed", str(args.tasks)], env)
+    seed = run_json([PYTHON, "-m", "bench.seed", *seed_args], env)
     log(f"seeded in {seed['seconds']} s; VACUUM (ANALYZE) and CHECKPOINT")
     settle_database(args.database_url)
 
@@ -288,6 +301,13 @@ def main() -> None:
         if "f" in args.scenarios:
             log("(f) POST /agp/delegations at depth 6")
             results["f"] = scenario("f", (201,), requests=min(args.requests, 2000))
+        if "i" in args.scenarios:
+            log("(i) a tool call through the MCP gateway and directly to the upstream server, one client")
+            results["i"] = run_json([PYTHON, "-m", "bench.gateway"], env, stdin=json.dumps({
+                "base": stack.base, "gateway": seed["gateway"], "requests": min(args.requests, 1000),
+                "rounds": args.rounds}))
+            log("(i) the REST one call: POST /agp/action-envelopes without a decision, saturated")
+            results["i_rest"] = scenario("i", (200,), requests=max(1, args.requests // args.rounds))
         results["memory"] = stack.memory()
         if "g" in args.scenarios:
             log(f"(g) extending the ledger to {args.ledger_events} events (COPY, real chain)")
@@ -307,6 +327,8 @@ def main() -> None:
     finally:
         results["memory_end"] = stack.memory()
         stack.stop()
+        if upstream is not None:
+            terminate(upstream)
 
     results["machine"] = machine()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

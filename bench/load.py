@@ -55,6 +55,15 @@ def request_factory(spec: dict):
             return "POST", "/agp/action-envelopes", json.dumps(body).encode(), headers, expected
         return make
 
+    if scenario == "i":  # the REST one call: no decision, the task's policy set decides (validate only)
+        body_of = dict(envelope, type="ActionEnvelope", task_id=seed["one_call_task_id"])
+        del body_of["decision_ref"], body_of["policy_decision_ref"]
+
+        def make(i):
+            body = dict(body_of, action_id=f"act-bench-i-{uuid.uuid4().hex}", created_at=_iso_now())
+            return "POST", "/agp/action-envelopes", json.dumps(body).encode(), json_headers, (200,)
+        return make
+
     if scenario == "e":
         from bench.policy_eval import SAMPLE_INPUT
 

@@ -47,6 +47,13 @@ def budgets(results: dict) -> list[Budget]:
     if "g" in results and "g_hash" in results:
         found.append(Budget("(g)", "verify_ledger events/s / one process SHA-256 of the same bytes >= 0.25",
                             results["g"]["events_per_second"] / results["g_hash"]["events_per_second"], 0.25, True))
+    if a1 and "i" in results:
+        i = results["i"]
+        found.append(Budget("(i)", "gateway overhead (gateway p50 - direct p50, one client) / (a) one-client p50 <= 8",
+                            (i["gateway"]["p50"] - i["direct"]["p50"]) / a1["p50"], 8.0, False))
+    if a and "i_rest" in results:
+        found.append(Budget("(i) REST", "one call (evaluation, decision, validation) throughput / (a) throughput "
+                                        ">= 0.10", results["i_rest"]["throughput"] / a["throughput"], 0.10, True))
     if "h" in results:
         h = results["h"]
         found.append(Budget("(h)", f"{h['writers']} writers' ledger appends/s / PostgreSQL's durable one-row "
@@ -111,6 +118,13 @@ def table(results: dict) -> str:
         if "batched" in h:
             rows.append((f"(h) ledger appends, {h['writers']} writers, {h['batch']} a transaction", f"{h['batched']}",
                          f"{h['batched_per_second']:.0f}/s", "", "", ""))
+    if "i" in results:
+        for side, label in (("direct", "(i) tool call directly to the MCP server, 1 client"),
+                            ("gateway", "(i) the same through the gateway (governed), 1 client")):
+            r = results["i"][side]
+            rows.append((label, f"{r['requests']}", f"{r['throughput']:.0f}/s", f"{r['p50']:.2f}", f"{r['p95']:.2f}",
+                         f"{r['p99']:.2f}"))
+    http_row("i_rest", "(i) REST one call (validate only)")
     header = ("scenario", "n", "throughput", "p50 ms", "p95 ms", "p99 ms")
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     lines = [" | ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)),

@@ -12,7 +12,11 @@ validated, signed where the API signs it, and has its ledger event):
 - for the envelope scenarios: a capability and a noop skill for the depth-5 agent, an
   evaluation that allows with approval required, a finalised ``approve`` decision and an
   approval by someone else: a world in which ``POST /agp/action-envelopes`` passes all eleven
-  checks.
+  checks;
+- for (i), one call per governed action: a task of the depth-5 agent governed by a policy set
+  that allows the envelope's action (the REST one call), and, when an upstream MCP server is
+  given (``--mcp URL``), an agent ``agent-gw`` with its delegation, capability, ``mcp`` skill
+  (pinned from that server), a governed task and an agent client's token (the gateway).
 
 Prints one JSON object with the ids the load generator needs.
 """
@@ -26,6 +30,37 @@ from datetime import timedelta
 
 AGENT_CLIENT, AGENT_SECRET = "bench-agent", "bench-agent-secret"
 
+ONE_CALL_RULESET = """package agp.bench.one_call
+
+import rego.v1
+
+default allow := false
+
+allow if {
+    input.task.action_class in {"read", "write"}
+    input.action.operation in {"update", "lookup_customer"}
+}
+"""
+
+
+def _gateway_world(*, actor: str, root: str, expires, policy_set_id: str, mcp_url: str) -> dict:
+    """An agent that calls ``crm-mcp.lookup_customer`` on the upstream server through the gateway."""
+    from auth_tokens.services import client_create, token_issue
+    from registry.services import capability_create, delegation_create, skill_create, task_create
+
+    agent = "agent-gw"
+    link = delegation_create(actor=actor, root_principal=root, delegator_agent=root, delegate_agent=agent,
+                             authority_scope=["crm-mcp:*"], expires_at=expires)
+    capability_create(actor=actor, agent_id=agent, delegation_id=link.delegation_id, tool_id="crm-mcp",
+                      operations=["lookup_customer"])
+    skill_create(actor=actor, agent_id=agent, name="crm over MCP", tool_id="crm-mcp", version="1", connector="mcp",
+                 endpoint_url=mcp_url)
+    task = task_create(actor=actor, root_principal=root, agent_id=agent, title="answer customers",
+                       risk_level="low", action_class="read", policy_set_id=policy_set_id)
+    client, _ = client_create(client_id="bench-agent-gw", kind="agent", agent_id=agent, tenants=[root], actor=actor)
+    return {"task_id": task.task_id, "token": token_issue(client=client, scopes=client.scopes)["access_token"],
+            "tool": "crm-mcp.lookup_customer", "upstream_tool": "lookup_customer", "upstream": mcp_url}
+
 
 def main() -> None:
     import django
@@ -33,12 +68,13 @@ def main() -> None:
     django.setup()
     from django.utils import timezone
 
-    from bench.policy_eval import SAMPLE_INPUT, SAMPLE_POLICY
     from auth_tokens.services import client_create
+    from bench.policy_eval import SAMPLE_INPUT, SAMPLE_POLICY
     from decision.services import approval_create, decision_create, decision_status_set, policy_evaluation_create
     from registry.services import capability_create, delegation_create, policy_set_create, skill_create, task_create
 
     n_tasks = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+    mcp_url = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--mcp" else None
     actor = "bench-seed"
     root = "org:bench"
     started = time.perf_counter()
@@ -105,8 +141,16 @@ def main() -> None:
     approval_create(actor=reviewer.client_id, decision_ref=decision.decision_id, approver=reviewer.subject,
                     approver_kind="human", verdict="approved", expires_at=expires, conditions=["log every call"])
 
+    # (i) The same action, decided by the task's policy set in one call.
+    one_call_set = policy_set_create(actor=actor, name="one call", version="1", ruleset=ONE_CALL_RULESET)
+    one_call_task = task_create(actor=actor, root_principal=root, agent_id=main_agent, title="one call",
+                                risk_level="medium", action_class="write", policy_set_id=one_call_set.policy_set_id)
+    gateway = _gateway_world(actor=actor, root=root, expires=expires, policy_set_id=one_call_set.policy_set_id,
+                             mcp_url=mcp_url) if mcp_url else None
+
     json.dump({
-        "root_principal": root, "chain_agents": chain_agents, "delegations": delegations,
+        "root_principal": root, "one_call_task_id": one_call_task.task_id, "gateway": gateway,
+        "chain_agents": chain_agents, "delegations": delegations,
         "task_ids": task_ids[:200], "policy_sets": policy_sets,
         "envelope": {"task_id": task.task_id, "agent_id": main_agent, "tool_id": action["tool_id"],
                      "operation": action["operation"], "capability_token_ref": capability.capability_id,

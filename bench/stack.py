@@ -3,6 +3,7 @@
 Used by ``python -m bench`` (bench/__main__.py) and the standalone scenario modules.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -111,6 +112,18 @@ def terminate(*processes: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def wait_listening(process: subprocess.Popen, port: int, timeout: float = 30) -> None:
+    """Until something listens on ``port`` of 127.0.0.1 (``process`` must not exit meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{process.args} exited with {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
 
 
 def free_port() -> int:

@@ -7,6 +7,13 @@ class DecisionOutcome(models.TextChoices):
     ESCALATE = "escalate"
 
 
+class DecidedBy(models.TextChoices):
+    """Who made a decision: a client that recorded it, or a task's policy set in a one-call action."""
+
+    CLIENT = "client"
+    POLICY = "policy"
+
+
 class DecisionStatus(models.TextChoices):
     DRAFT = "draft"
     FINALISED = "finalised"

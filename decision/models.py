@@ -11,6 +11,7 @@ from .choices import (
     ApprovalVerdict,
     BacktestStatus,
     CommerceSessionStatus,
+    DecidedBy,
     DecisionOutcome,
     DecisionStatus,
     EscalationStatus,
@@ -85,9 +86,17 @@ class Decision(ConcurrentTransitionMixin, models.Model):
                                           to_field="evaluation_id", db_column="policy_evaluation_ref",
                                           related_name="decisions")
     status = FSMField(max_length=16, choices=DecisionStatus.choices, default=DecisionStatus.DRAFT, protected=True)
+    # "policy": made by the task's policy set for an action made in one call (docs/reference/gateway.md).
+    decided_by = models.CharField(max_length=16, choices=DecidedBy.choices, default=DecidedBy.CLIENT)
     finalised_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
+
+    class Meta:
+        # The one call finds the decision that waits for people on its task (execution/one_call.py):
+        # drafts the policy made are few, whatever the number of decisions of the task.
+        indexes = [models.Index(fields=["task", "agent_id"], name="decision_waiting_by_policy",
+                                condition=models.Q(status="draft", decided_by="policy"))]
 
     @property
     def context_ref(self) -> str | None:

@@ -25,6 +25,7 @@ from registry.serializers import OPERATION_MESSAGE, OPERATION_PATTERN, TOOL_MESS
 from .choices import (
     ApprovalVerdict,
     BacktestStatus,
+    DecidedBy,
     DecisionOutcome,
     DecisionStatus,
     EscalationOutcome,
@@ -172,6 +173,9 @@ class DecisionSerializer(StrictSerializer):
         choices=DecisionStatus.choices, required=False, default=DecisionStatus.DRAFT,
         error_messages={"invalid_choice": CREATE_AS_DRAFT},
         help_text="Create: `draft` only. `PATCH /agp/decisions/{id}` with `finalised` finalises it.")
+    decided_by = serializers.ChoiceField(choices=DecidedBy.choices, read_only=True, help_text=(
+        "`client`: recorded by an API client; `policy`: made by the task's policy set for an action made in "
+        "one call."))
     finalised_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)
     created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")

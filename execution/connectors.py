@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import anyio
 import requests
 from django.conf import settings
 
@@ -69,7 +70,7 @@ class Call:
     envelope: dict[str, Any]
     # mcp: the tool to call (the envelope's operation) and the skill's pins.
     operation: str = ""
-    tool_pins: list[dict[str, str]] = field(default_factory=list)
+    tool_pins: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Connector(ABC):
@@ -83,6 +84,11 @@ class Connector(ABC):
     @abstractmethod
     def execute(self, call: Call) -> dict[str, Any]:
         """Run the tool call; the result is hashed into the receipt."""
+
+    async def execute_async(self, call: Call, **options) -> dict[str, Any]:
+        """``execute`` from an event loop (the MCP gateway's), in a worker thread unless the
+        connector is asynchronous itself. ``options``: what an asynchronous connector can use."""
+        return await anyio.to_thread.run_sync(self.execute, call)
 
     def runs_in_claim(self, call: Call) -> bool:
         """True when ``call`` is instant and touches nothing outside this process.
@@ -223,25 +229,48 @@ class ToolChanged(ExecutionFailed):
     default_message = "The tool's definition changed since the skill pinned it; nothing was called."
 
 
+def mcp_pinned_hash(call: Call) -> str:
+    """The pin of the tool ``call`` names; ``ToolChanged`` (nothing called) when there is none usable.
+
+    A pin without its ``definition`` was made before titles, output schemas and annotations
+    were pinned: it cannot tell whether those changed, so the tool counts as changed until
+    a new skill version (``supersedes``) pins it again.
+    """
+    pin = next((pin for pin in call.tool_pins if isinstance(pin, dict) and pin.get("name") == call.operation), None)
+    if pin is None or not isinstance(pin.get("definition_hash"), str):
+        raise ExecutionFailed(f"The skill pinned no tool {call.operation!r}.",
+                              details={"connector": "mcp", "tool": call.operation})
+    if not isinstance(pin.get("definition"), dict):
+        raise ToolChanged(f"Tool {call.operation!r} was not called: its pin predates the pinning of titles, output "
+                          f"schemas and annotations; register a new version of the skill (supersedes) to pin it "
+                          f"again.", details={"connector": "mcp", "tool": call.operation,
+                                              "pinned": pin["definition_hash"], "current": None})
+    return pin["definition_hash"]
+
+
 class McpConnector(Connector):
     name = "mcp"
     repeatable = False
 
     def execute(self, call: Call) -> dict[str, Any]:
+        return anyio.run(self.execute_async, call)
+
+    async def execute_async(self, call: Call, *, pool: mcp_client.SessionPool | None = None,
+                            listing=None) -> dict[str, Any]:
+        """The call in the caller's event loop. The MCP gateway passes its ``pool`` of open
+        sessions, and the server's ``listing`` asked while it governed the call (the pin is
+        compared with it; a retry lists again)."""
         if not call.endpoint_url:
             raise ExecutionFailed("The skill has no endpoint_url.", details={"connector": self.name})
-        pinned = next((pin.get("definition_hash") for pin in call.tool_pins
-                       if isinstance(pin, dict) and pin.get("name") == call.operation), None)
-        if not isinstance(pinned, str):
-            raise ExecutionFailed(f"The skill pinned no tool {call.operation!r}.",
-                                  details={"connector": self.name, "tool": call.operation})
+        pinned = mcp_pinned_hash(call)
         arguments = _mcp_arguments(call.parameters)
         attempts = settings.AGP_CONNECTOR_ATTEMPTS
         last_problem = ""
         for attempt in range(1, attempts + 1):
             try:
-                result = mcp_client.tool_call(call.endpoint_url, name=call.operation, arguments=arguments,
-                                              pinned_hash=pinned, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS)
+                result = await mcp_client.tool_call(call.endpoint_url, name=call.operation, arguments=arguments,
+                                                    pinned_hash=pinned, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS,
+                                                    pool=pool, listing=listing if attempt == 1 else None)
             except UnsafeURL as exc:
                 raise ExecutionFailed(f"The skill's endpoint was refused: {exc.reason}.",
                                       details={"connector": self.name, "reason": exc.reason}) from None
@@ -262,7 +291,7 @@ class McpConnector(Connector):
             logger.warning("mcp connector: operation %s attempt %s/%s failed before the call: %s",
                            call.operation_id, attempt, attempts, last_problem)
             if attempt < attempts:
-                time.sleep(settings.AGP_CONNECTOR_RETRY_BASE_SECONDS * 2 ** (attempt - 1))
+                await anyio.sleep(settings.AGP_CONNECTOR_RETRY_BASE_SECONDS * 2 ** (attempt - 1))
         raise ExecutionFailed(f"The MCP server could not be used after {attempts} attempts ({last_problem}); "
                               f"tool {call.operation!r} was not called.",
                               details={"connector": self.name, "tool": call.operation, "attempts": attempts,

@@ -2,7 +2,8 @@
 
 The bundle holds every record that governed the action, as the API renders it (so each
 record's own signature verifies as it does on its own endpoint), every ledger event of
-the action with its inclusion proof, the signed checkpoint those proofs lead to, and the
+the action and of the records that governed it (its policy evaluation, decision,
+approvals and impact assessments) with its inclusion proof, the signed checkpoint those proofs lead to, and the
 JWKS; the service signs the whole bundle last. ``python -m agp_client verify-evidence``
 checks all of it with no network (docs/decisions/ledger.md says how, step by step).
 
@@ -14,7 +15,7 @@ the request signs one first, as the worker would: a bundle is always complete.
 import json
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agp_project import errors
@@ -46,11 +47,35 @@ from .serializers_operations import ReceiptSerializer, operation_representation
 EVIDENCE_TYPE = "ActionEvidence"
 
 
-def action_ledger_events(*, action_id: str) -> QuerySet[LedgerEvent]:
+def action_ledger_events(*, action_id: str, governance: dict[str, set[str]] | None = None) -> QuerySet[LedgerEvent]:
     """Every ledger event about the action's records, in sequence order: its envelope (validated,
     rejected, accepted, executed ...), its operation (callback deliveries included), its payment
-    and its receipt: the events whose ``action_id`` is the action's (CONTRACT C12)."""
-    return LedgerEvent.objects.filter(action_id=action_id).order_by("sequence")
+    and its receipt: the events whose ``action_id`` is the action's (CONTRACT C12); and those
+    of the ``governance`` records (``governance_ids``) that governed it."""
+    trail = Q(action_id=action_id)
+    for resource_type, ids in (governance or {}).items():
+        if ids:
+            trail |= Q(resource_type=resource_type, resource_id__in=ids)
+    return LedgerEvent.objects.filter(trail).order_by("sequence")
+
+
+# The records that governed an action, by the key of the bundle's records that holds them
+# and the id member of each: their ledger events belong in its evidence too.
+GOVERNANCE_RECORDS = (("policy_evaluation", "PolicyEvaluation", "evaluation_id"),
+                      ("decision", "Decision", "decision_id"),
+                      ("approvals", "Approval", "approval_id"),
+                      ("impact_assessments", "ImpactAssessment", "assessment_id"))
+
+
+def governance_ids(records: dict[str, Any]) -> dict[str, set[str]]:
+    """The ids of the records that governed the action (its evaluation, decision, approvals and
+    assessments), by resource type."""
+    ids: dict[str, set[str]] = {}
+    for key, resource_type, id_member in GOVERNANCE_RECORDS:
+        found = records.get(key)
+        rows = found if isinstance(found, list) else [found] if found else []
+        ids[resource_type] = {row[id_member] for row in rows}
+    return ids
 
 
 def _related(instance, name: str):
@@ -127,11 +152,14 @@ def action_evidence(*, action_id: str, request=None) -> dict[str, Any]:
     records = _records(envelope, request)
     # Only the events about the action's own records, as the verifier checks them: a row of the
     # trail's index about anything else (a client event indexed by what its payload named)
-    # would make the bundle fail verification.
+    # would make the bundle fail verification. The events of the records that governed it
+    # (evaluation, decision, approvals, assessments) are part of its story: one query for all.
     own = {action_id} | {record[key] for record, key in ((records["operation"], "operation_id"),
                                                          (records["receipt"], "receipt_id"),
                                                          (records["payment"], "payment_id")) if record}
-    events = [event for event in action_ledger_events(action_id=action_id) if event.resource_id in own]
+    governance = governance_ids(records)
+    events = [event for event in action_ledger_events(action_id=action_id, governance=governance)
+              if event.resource_id in own or event.resource_id in governance.get(event.resource_type, ())]
     checkpoint = _checkpoint_covering(events[-1].sequence)
     proofs = ledger_inclusion_proofs(sequences=[event.sequence for event in events], tree_size=checkpoint.tree_size)
     signer = get_signer()

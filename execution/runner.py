@@ -155,11 +155,23 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
         _fail_prerequisites(operation=operation, envelope=envelope, failed_checks=report.failed,
                             executor=executor, now=now)
         return "failed"
-    connector = report.skill_connector  # the skill the checks found, read in the same statement
-    if takeover and not connector_for(operation.connector or connector).repeatable:
+    if takeover and not connector_for(operation.connector or report.skill_connector).repeatable:
         _fail_interrupted(operation=operation, executor=executor)
         return "failed"
 
+    return claim_start(operation=operation, envelope=envelope, report=report, executor=executor, now=now,
+                       takeover=takeover)
+
+
+def claim_start(*, operation: Operation, envelope: ActionEnvelope, report, executor: str, now: datetime,
+                takeover: bool = False, actor: str = WORKER_ACTOR) -> Claim:
+    """Move ``operation`` (unsaved changes, the caller saves it) to running for ``executor`` with a
+    lease, record it in the ledger, and return the claim: what to call, and the receipt's why-record.
+
+    ``report``: the checks that just passed for the envelope, at ``now``. The worker claims in
+    ``_claim_locked``; the MCP gateway claims the operation it accepts, to call the tool itself.
+    """
+    connector = report.skill_connector  # the skill the checks found, read in the same statement
     previous_executor = operation.executor
     if not takeover:
         operation.start()
@@ -181,13 +193,13 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
     if takeover:
         payload["previous_executor"] = previous_executor
     ledger_append(event_type="operation.reclaimed" if takeover else "operation.running",
-                  resource_type=OPERATION_RESOURCE, resource_id=operation_id, actor=WORKER_ACTOR,
+                  resource_type=OPERATION_RESOURCE, resource_id=operation.operation_id, actor=actor,
                   root_principal=envelope.root_principal, payload=payload)
-    call = Call(operation_id=operation_id, action_id=envelope.action_id, connector=connector,
+    call = Call(operation_id=operation.operation_id, action_id=envelope.action_id, connector=connector,
                 endpoint_url=report.skill_endpoint_url, parameters=dict(envelope.parameters or {}),
                 envelope=envelope_document(envelope) if connector == "http" else {},
                 operation=envelope.operation, tool_pins=report.skill_tool_pins)
-    return Claim(operation_id=operation_id, action_id=envelope.action_id, fence=operation.attempts,
+    return Claim(operation_id=operation.operation_id, action_id=envelope.action_id, fence=operation.attempts,
                  connector=connector, call=call,
                  governance={} if external else receipt_governance(envelope=envelope, report=report))
 
@@ -257,21 +269,42 @@ def operation_finish(*, operation_id: str, fence: int | None, status: str, resul
                                posted_by=posted_by, governance=governance)
 
 
-def _connector_run(connector, claim: Claim) -> tuple[ReceiptStatus, dict[str, Any], dict[str, Any] | None]:
+Ran = tuple[ReceiptStatus, dict[str, Any], dict[str, Any] | None]
+
+
+def _connector_run(connector, claim: Claim) -> Ran:
     """The receipt's status and result, and the error body of a failure (None on success):
     a connector never leaves an operation hanging."""
     try:
         result = connector.execute(claim.call)
-    except ExecutionFailed as exc:
+    except Exception as exc:
+        return _connector_failed(claim, exc)
+    return _connector_succeeded(claim, result)
+
+
+async def connector_run_async(connector, claim: Claim, **options) -> Ran:
+    """``_connector_run`` in the caller's event loop (the MCP gateway's server), with the
+    connector's ``options`` (``McpConnector.execute_async``)."""
+    try:
+        result = await connector.execute_async(claim.call, **options)
+    except Exception as exc:
+        return _connector_failed(claim, exc)
+    return _connector_succeeded(claim, result)
+
+
+def _connector_succeeded(claim: Claim, result: dict[str, Any]) -> Ran:
+    CONNECTOR_CALLS.labels(claim.connector, "succeeded").inc()
+    return ReceiptStatus.SUCCEEDED, result, None
+
+
+def _connector_failed(claim: Claim, exc: Exception) -> Ran:
+    if isinstance(exc, ExecutionFailed):
         error = exc.as_body()["error"]
-    except Exception as exc:  # a connector bug must fail the operation, never leave it hanging
-        logger.exception("execute: connector %s raised on %s", claim.connector, claim.operation_id)
+    else:  # a connector bug must fail the operation, never leave it hanging
+        logger.error("execute: connector %s raised on %s", claim.connector, claim.operation_id, exc_info=exc)
         error = ExecutionFailed("The connector raised an unexpected error.",
                                 details={"connector": claim.connector,
                                          "reason": type(exc).__name__}).as_body()["error"]
-    else:
-        CONNECTOR_CALLS.labels(claim.connector, "succeeded").inc()
-        return ReceiptStatus.SUCCEEDED, result, None
     CONNECTOR_CALLS.labels(claim.connector, "failed").inc()
     logger.warning("execute: the %s call of operation %s failed: %s %s", claim.connector, claim.operation_id,
                    error.get("code"), error.get("message"))

@@ -47,6 +47,20 @@ def money_parameter_problems(parameters: dict[str, Any]) -> dict[str, list[str]]
     return problems
 
 
+def parameters_problems(parameters: dict[str, Any]) -> str | dict[str, list[str]] | None:
+    """Why ``parameters`` cannot be an envelope's, or None.
+
+    They are hashed (RFC 8785) into parameters_hash: what has no canonical form (integers
+    beyond 2**53, non-finite numbers) is refused instead of failing later; and money must
+    be money (``money_parameter_problems``).
+    """
+    try:
+        content_hash(parameters)
+    except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
+        return f"Not representable as canonical JSON: {exc}"
+    return money_parameter_problems(parameters) or None
+
+
 class GovernanceAttestationSerializer(serializers.Serializer):
     agent_id = serializers.CharField()
     agent_role = serializers.ChoiceField(choices=["executive"])
@@ -76,8 +90,13 @@ class ActionEnvelopeSerializer(StrictSerializer):
     parameters_hash = serializers.CharField(read_only=True)
     allowed_parameter_ranges = serializers.DictField(read_only=True)
     capability_token_ref = serializers.CharField(max_length=128)
-    decision_ref = serializers.CharField(max_length=128)
-    policy_decision_ref = serializers.CharField(max_length=128)
+    # Both or neither: without them the task's policy set decides, in this one request.
+    decision_ref = serializers.CharField(max_length=128, required=False, help_text=(
+        "The finalised decision that clears the action. Leave it and policy_decision_ref out to have the "
+        "task's policy set (policy_set_id) evaluate the action and decide in this one request."))
+    policy_decision_ref = serializers.CharField(max_length=128, required=False, help_text=(
+        "The policy evaluation of this exact action that the decision was made on; with decision_ref, or "
+        "neither."))
     approval_ref = serializers.CharField(read_only=True, allow_null=True)
     commerce_session_ref = serializers.CharField(read_only=True, allow_null=True)
     payment_ref = serializers.CharField(read_only=True, allow_null=True)
@@ -87,16 +106,18 @@ class ActionEnvelopeSerializer(StrictSerializer):
     signature = SignatureSerializer(read_only=True)
 
     def validate_parameters(self, value):
-        # The parameters are hashed (RFC 8785) into parameters_hash: refuse what has no
-        # canonical form (integers beyond 2**53, non-finite numbers) instead of failing later.
-        try:
-            content_hash(value)
-        except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
-            raise serializers.ValidationError(f"Not representable as canonical JSON: {exc}") from None
-        problems = money_parameter_problems(value)
+        problems = parameters_problems(value)
         if problems:
             raise serializers.ValidationError(problems)
         return value
+
+    def validate(self, attrs):
+        given = [name for name in ("decision_ref", "policy_decision_ref") if attrs.get(name)]
+        if len(given) == 1:
+            missing = "policy_decision_ref" if given == ["decision_ref"] else "decision_ref"
+            raise serializers.ValidationError({missing: [
+                f"Required with {given[0]}; leave both out to have the task's policy set decide."]})
+        return attrs
 
     def validate_callback_url(self, value):
         # Refused up front (400) as well as at delivery: a callback to a private, loopback or

@@ -13,7 +13,9 @@ found, signed), the budget reservation and Payment for ``transact``, the Operati
 events. Any failure rolls all of it back.
 """
 
+import contextlib
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NoReturn
@@ -33,7 +35,7 @@ from core.outbox import outbox_enqueue
 
 from .budgets import BudgetExhausted, payment_reserve
 from .checks import CHECK_NAMES, CheckReport, EnvelopeInputs, envelope_checks
-from .choices import EXECUTE_TASK
+from .choices import EXECUTE_TASK, OperationStatus
 from .documents import envelope_document
 from .models import ActionEnvelope, Operation
 from .selectors import action_trail
@@ -53,7 +55,7 @@ def envelope_inputs(*, validated: dict) -> EnvelopeInputs:
         action_id=validated.get("action_id") or new_id("act"),
         task_id=validated["task_id"], agent_id=validated["agent_id"], tool_id=validated["tool_id"],
         operation=validated["operation"], capability_token_ref=validated["capability_token_ref"],
-        decision_ref=validated["decision_ref"], policy_decision_ref=validated["policy_decision_ref"],
+        decision_ref=validated.get("decision_ref") or "", policy_decision_ref=validated.get("policy_decision_ref") or "",
         created_at=validated.get("created_at") or timezone.now(),
         parameters=validated.get("parameters") or {}, callback_url=validated.get("callback_url") or "")
 
@@ -76,16 +78,25 @@ def _ledger_payload(inputs: EnvelopeInputs, report: CheckReport, **extra) -> dic
             "verdict": report.verdict, **extra}
 
 
-def envelope_reject(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, mode: str) -> NoReturn:
-    """Record the refusal (committed), then raise 422 listing every failed check."""
+def envelope_rejection_record(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, mode: str,
+                              **details) -> errors.PrerequisiteFailed:
+    """Record the refusal (in the caller's transaction, or one of its own) and return the 422
+    listing every failed check, with ``details`` beside them, for the caller to raise."""
     ledger_record(event_type="envelope.rejected", resource_type="ActionEnvelope", resource_id=inputs.action_id,
-                  actor=actor, root_principal=report.root_principal, payload=_ledger_payload(inputs, report, mode=mode, failed_checks=report.failed))
+                  actor=actor, root_principal=report.root_principal, payload=_ledger_payload(
+                      inputs, report, mode=mode, failed_checks=report.failed, **details))
     count_on_commit(ENVELOPES.labels("rejected"))
     for item in report.failed:
         count_on_commit(ENVELOPE_FAILED_CHECKS.labels(item["check"], "submission"))
     names = ", ".join(item["check"] for item in report.failed)
-    raise errors.PrerequisiteFailed(f"Governance prerequisites failed: {names}.",
-                                    details={"action_id": inputs.action_id, "failed_checks": report.failed})
+    return errors.PrerequisiteFailed(f"Governance prerequisites failed: {names}.",
+                                     details={"action_id": inputs.action_id, "failed_checks": report.failed,
+                                              **details})
+
+
+def envelope_reject(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, mode: str) -> NoReturn:
+    """Record the refusal (committed), then raise 422 listing every failed check."""
+    raise envelope_rejection_record(inputs=inputs, report=report, actor=actor, mode=mode)
 
 
 def _attestation(report: CheckReport, now: datetime) -> dict:
@@ -130,6 +141,11 @@ def envelope_validate(*, inputs: EnvelopeInputs, actor: str, tenants: frozenset[
     report = _submission_checks(inputs, tenants)
     if not report.passed:
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=VALIDATE)
+    return envelope_validated(inputs=inputs, report=report, actor=actor)
+
+
+def envelope_validated(*, inputs: EnvelopeInputs, report: CheckReport, actor: str) -> ActionEnvelope:
+    """The signed envelope (unsaved) of a submission whose checks passed, its validation recorded."""
     envelope = _envelope(inputs=inputs, report=report, actor=actor, now=timezone.now())
     ledger_record(event_type="envelope.validated", resource_type="ActionEnvelope", resource_id=inputs.action_id,
                   actor=actor, root_principal=report.root_principal, payload=_ledger_payload(
@@ -182,30 +198,20 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str, tenants: frozenset[st
     if not report.passed:
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=EXECUTE)
     broker_ensure_reachable()
-    now = timezone.now()
-    transact = report.action_class == "transact"
-    try:
+    with envelope_acceptance(inputs=inputs, report=report, actor=actor):
         with transaction.atomic(), ledger_batch():
-            envelope = _envelope(inputs=inputs, report=report, actor=actor, now=now,
-                                 payment_ref=new_id("pay") if transact else "")
-            envelope.save(force_insert=True)
-            if transact:
-                payment_reserve(envelope=envelope, session_id=report.commerce_session_ref, amount=report.amount,
-                                currency=report.currency, chain_pks=report.chain_delegation_pks, actor=actor)
-            operation = Operation.objects.create(
-                operation_id=new_id("op"), envelope=envelope, callback_url=inputs.callback_url,
-                created_at=now, updated_at=now)
-            outbox_enqueue(task_name=EXECUTE_TASK, args=[operation.operation_id])
-            ledger_append(event_type="envelope.accepted", resource_type="ActionEnvelope",
-                          resource_id=envelope.action_id, actor=actor, root_principal=report.root_principal, payload=_ledger_payload(
-                              inputs, report, operation_id=operation.operation_id, payment_ref=envelope.payment_ref,
-                              approval_ref=report.approval_ref, commerce_session_ref=report.commerce_session_ref,
-                              delegation_ref=report.delegation_ref,
-                              signature_payload_hash=envelope.signature["payload_hash"]))
-            ledger_append(event_type="operation.created", resource_type="Operation",
-                          resource_id=operation.operation_id, actor=actor, root_principal=report.root_principal,
-                          payload={**action_trail(envelope), "status": operation.status})
-            count_on_commit(ENVELOPES.labels("accepted"))
+            return envelope_accepted(inputs=inputs, report=report, actor=actor)
+
+
+@contextlib.contextmanager
+def envelope_acceptance(*, inputs: EnvelopeInputs, report: CheckReport | list[CheckReport], actor: str):
+    """Around the transaction that accepts an envelope whose checks passed: the two races it can
+    lose become the answers they would have had (409, 422 naming the commerce check).
+
+    ``report``: the checks' report, or a list the transaction appends it to when it runs them.
+    """
+    try:
+        yield
     except IntegrityError:
         # Two submissions of one action_id both passed the checks' look-up: the unique index decides.
         if ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
@@ -213,8 +219,47 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str, tenants: frozenset[st
         raise
     except BudgetExhausted as exc:
         # Another submission took the room between the checks and the reservation.
+        report = report[-1] if isinstance(report, list) else report
         for result in report.results:
             if result["check"] == "commerce":
                 result.update(passed=False, reason=exc.reason)
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=EXECUTE)
+
+
+def envelope_accepted(*, inputs: EnvelopeInputs, report: CheckReport, actor: str,
+                      claim: Callable[[Operation, ActionEnvelope], None] | None = None) -> Accepted:
+    """Inside the caller's transaction (and ledger batch): write the accepted envelope, its budget
+    reservation and payment (``transact``), its operation and ledger events.
+
+    Without ``claim`` the operation waits (``pending``) for a worker, told by an outbox
+    message after the commit. With ``claim`` (the MCP gateway, which executes the call
+    itself), ``claim(operation, envelope)`` moves the operation to ``running`` for the caller
+    before it is written, and no message is sent.
+    """
+    now = timezone.now()
+    transact = report.action_class == "transact"
+    envelope = _envelope(inputs=inputs, report=report, actor=actor, now=now,
+                         payment_ref=new_id("pay") if transact else "")
+    envelope.save(force_insert=True)
+    if transact:
+        payment_reserve(envelope=envelope, session_id=report.commerce_session_ref, amount=report.amount,
+                        currency=report.currency, chain_pks=report.chain_delegation_pks, actor=actor)
+    operation = Operation(operation_id=new_id("op"), envelope=envelope, callback_url=inputs.callback_url,
+                          created_at=now, updated_at=now)
+    if claim is None:
+        operation.save(force_insert=True)
+        outbox_enqueue(task_name=EXECUTE_TASK, args=[operation.operation_id])
+    ledger_append(event_type="envelope.accepted", resource_type="ActionEnvelope",
+                  resource_id=envelope.action_id, actor=actor, root_principal=report.root_principal, payload=_ledger_payload(
+                      inputs, report, operation_id=operation.operation_id, payment_ref=envelope.payment_ref,
+                      approval_ref=report.approval_ref, commerce_session_ref=report.commerce_session_ref,
+                      delegation_ref=report.delegation_ref,
+                      signature_payload_hash=envelope.signature["payload_hash"]))
+    ledger_append(event_type="operation.created", resource_type="Operation",
+                  resource_id=operation.operation_id, actor=actor, root_principal=report.root_principal,
+                  payload={**action_trail(envelope), "status": OperationStatus.PENDING})
+    if claim is not None:
+        claim(operation, envelope)
+        operation.save(force_insert=True)
+    count_on_commit(ENVELOPES.labels("accepted"))
     return Accepted(envelope=envelope, operation=operation)

@@ -24,6 +24,7 @@ from .replay import WHAT_IF_SCOPE, replay_action
 from .serializers import ActionEvidenceSerializer
 from .serializers_envelopes import ActionEnvelopeSerializer, ReplaySerializer
 from .serializers_operations import OperationSerializer, operation_representation
+from .one_call import action_govern
 from .services import envelope_accept, envelope_inputs, envelope_validate
 from .views import query_sizes
 
@@ -83,13 +84,20 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
     def create(self, request, *args, **kwargs):
         preferences = parse_prefer(request.META.get("HTTP_PREFER", ""))
         inputs = envelope_inputs(validated=self.parse(self.bind_acting_agent(request.data)))
-        if execution_mode(request.META.get("HTTP_PREFER", "")) == EXECUTE:
-            accepted = envelope_accept(inputs=inputs, actor=self.actor, tenants=self.tenants)
+        mode = execution_mode(request.META.get("HTTP_PREFER", ""))
+        # Without a decision, the task's policy set decides in this request.
+        governed = (action_govern(inputs=inputs, actor=self.actor, mode=mode, tenants=self.tenants)
+                    if not inputs.decision_ref else None)
+        if mode == EXECUTE:
+            accepted = governed or envelope_accept(inputs=inputs, actor=self.actor, tenants=self.tenants)
             body = operation_representation(accepted.operation, request=request)
+            if governed is not None:
+                body |= {"decision_ref": governed.decision_id, "policy_decision_ref": governed.evaluation_id}
             return Response(body, status=status.HTTP_202_ACCEPTED, headers={
                 "Location": body["status_url"], "Operation-Location": body["status_url"],
                 "Preference-Applied": "respond-async", "Retry-After": RETRY_AFTER_SECONDS})
-        envelope = envelope_validate(inputs=inputs, actor=self.actor, tenants=self.tenants)
+        envelope = governed.envelope if governed else envelope_validate(inputs=inputs, actor=self.actor,
+                                                                        tenants=self.tenants)
         headers = {}
         if preferences.get("return") == "representation":
             headers["Preference-Applied"] = "return=representation"

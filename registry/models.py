@@ -31,6 +31,10 @@ class Task(ConcurrentTransitionMixin, models.Model):
     action_class = models.CharField(max_length=16, choices=ActionClass.choices, default=ActionClass.READ)
     status = FSMField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN, db_index=True,
                       protected=True)
+    # The policy set that governs the task's actions made in one call (an envelope without a
+    # decision, a tool call through the MCP gateway): docs/reference/gateway.md.
+    policy_set = models.ForeignKey("PolicySet", null=True, blank=True, on_delete=models.PROTECT,
+                                   to_field="policy_set_id", db_column="policy_set_id", related_name="tasks")
     created_at = models.DateTimeField()
     created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
@@ -203,7 +207,8 @@ class Skill(models.Model):
     # external: the API client whose receipts complete this skill's operations; empty means
     # the client that submitted the envelope (execution/runner.py, receipt_submit).
     executor_client_id = models.CharField(max_length=128, blank=True, default="")
-    # [{"name", "definition_hash"}] sorted by name: what registration listed (registry/tool_pins.py).
+    # [{"name", "definition_hash", "definition"}] sorted by name: what registration listed
+    # (registry/tool_pins.py).
     tool_pins = ExactJSONField(default=list, blank=True)
     supersedes = models.CharField(max_length=128, null=True, blank=True)
     status = models.CharField(max_length=16, choices=SkillStatus.choices, default=SkillStatus.ACTIVE)

@@ -230,6 +230,9 @@ class TaskSerializer(StrictSerializer):
     risk_level = serializers.ChoiceField(choices=RiskLevel.choices)
     action_class = serializers.ChoiceField(choices=ActionClass.choices)
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
+    policy_set_id = IdField(required=False, allow_null=True, default=None, help_text=(
+        "The policy set that governs the task's actions made in one call: an action envelope without "
+        "decision_ref and policy_decision_ref, or a tool call through the MCP gateway at /mcp."))
     created_at = serializers.DateTimeField(required=False)
     created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
@@ -347,10 +350,13 @@ class HttpUrlField(serializers.URLField):
 
 
 class ToolPinSerializer(serializers.Serializer):
-    """One pinned MCP tool: its name and ``sha256:`` of its canonical definition."""
+    """One pinned MCP tool: its name, its canonical definition and that definition's ``sha256:``."""
 
     name = serializers.CharField()
     definition_hash = serializers.CharField()
+    definition = serializers.DictField(required=False, help_text=(
+        "name, title, description, inputSchema, outputSchema and annotations as the server listed them "
+        "(null where it gave none): what the hash covers and what the MCP gateway lists to agents."))
 
 
 # Connectors that call the skill's endpoint_url.

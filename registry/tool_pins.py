@@ -1,29 +1,29 @@
 """Tool pins of ``mcp`` skills (CONTRACT C16): what registration stores, and the rule check 3 applies.
 
-A skill's ``tool_pins`` is a list of ``{"name", "definition_hash"}``, one per tool the MCP
-server listed when the skill was registered, sorted by name. ``definition_hash`` is
-``agp_project.mcp_client.tool_definition_hash`` of the tool's definition. Pure functions:
-no database, no network.
+A skill's ``tool_pins`` is a list of ``{"name", "definition_hash", "definition"}``, one per
+tool the MCP server listed when the skill was registered, sorted by name. ``definition`` is
+``agp_project.mcp_client.tool_definition`` of the listed tool (what the MCP gateway lists
+to agents) and ``definition_hash`` its hash. Pure functions: no database, no network.
 """
 
 from collections.abc import Iterable
 from typing import Any
 
 from agp_project.exactjson import bad_text
-from agp_project.mcp_client import MCPFailure, tool_definition_hash
+from agp_project.mcp_client import MCPFailure, tool_definition, tool_definition_hash
 
 # A capability operation that names no tool: it covers every operation of the tool.
 WILDCARD = "*"
 
 
-def tool_pins_from_listing(tools: list[dict[str, Any]]) -> list[dict[str, str]]:
+def tool_pins_from_listing(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pins of a ``tools/list`` answer; ``MCPFailure`` when it cannot be pinned.
 
     A listing that names one tool twice is refused: the pin would say nothing about which
     of the two definitions a call reaches. So is a tool named ``*`` (the capabilities'
     wildcard) or with a name no database can store (NUL, lone surrogates).
     """
-    pins: dict[str, str] = {}
+    pins: dict[str, dict[str, Any]] = {}
     for tool in tools:
         name = tool["name"]
         unstorable = bad_text(name)
@@ -33,8 +33,8 @@ def tool_pins_from_listing(tools: list[dict[str, Any]]) -> list[dict[str, str]]:
             raise MCPFailure("the server lists a tool named '*', which capabilities use for every operation")
         if name in pins:
             raise MCPFailure(f"the server lists tool {name!r} twice")
-        pins[name] = tool_definition_hash(tool)
-    return [{"name": name, "definition_hash": pins[name]} for name in sorted(pins)]
+        pins[name] = {"name": name, "definition_hash": tool_definition_hash(tool), "definition": tool_definition(tool)}
+    return [pins[name] for name in sorted(pins)]
 
 
 def mcp_pins_problem(pins: Any, operations: Iterable[str], *, called: str | None = None) -> str | None:

@@ -107,7 +107,7 @@ class TaskViewSet(RegistryViewSet):
     collection = "tasks"
     lookup_field = "task_id"
     filter_fields = {"root_principal": "root_principal", "agent_id": "agent_id", "status": "status",
-                     "risk_level": "risk_level", "action_class": "action_class"}
+                     "risk_level": "risk_level", "action_class": "action_class", "policy_set_id": "policy_set_id"}
     http_method_names = ["get", "post", "patch", "head", "options"]
     tenant_field = "root_principal"
     agent_fields = ("agent_id",)

@@ -1,11 +1,12 @@
 """A real MCP server for tests: the official SDK's ``MCPServer`` on streamable HTTP, in a subprocess.
 
-Run as a program (``python -m tests.mcp_server --port N --record FILE [--description TEXT]``)
-it serves, on 127.0.0.1:N at ``/mcp``, the tools
+Run as a program (``python -m tests.mcp_server --port N --record FILE [--description TEXT]
+[--destructive]``) it serves, on 127.0.0.1:N at ``/mcp``, the tools
 
 - ``lookup_customer(customer_id: str) -> str``: ``"customer <id>: Ada Lovelace"``; its
   description is ``--description`` (default ``DESCRIPTION``), so a restart with another
-  text is a changed tool definition (a "rug pull");
+  text is a changed tool definition (a "rug pull"); annotated ``readOnlyHint``, or with
+  ``--destructive`` ``destructiveHint`` (the same tool turned destructive);
 - ``issue_refund(amount: int) -> str``: refuses amounts over 100 with a tool error
   (``isError``) whose text is ``"refund refused: amount <n> is over the limit of 100"``;
 - ``wait(seconds: float) -> str``: answers after ``seconds``, for timeouts;
@@ -18,7 +19,7 @@ resolves), so a client can be shown to reach it by a pinned address alone.
 
 The fixture ``mcp_servers`` (import it into a test module) starts such servers on free
 loopback ports (``start(description=...)``), restarts one on the same port and record
-(``server.restart(description=...)``), and stops every one at teardown. A server on
+(``server.restart(description=..., destructive=...)``), and stops every one at teardown. A server on
 127.0.0.1 passes the SSRF guard only with ``AGP_ALLOW_PRIVATE_URLS``.
 """
 
@@ -44,8 +45,9 @@ REBOUND_HOST = "agp-rebound.invalid"  # RFC 6761: never resolves
 READY_TIMEOUT = 30
 
 
-def serve(*, port: int, record: Path, description: str) -> None:
+def serve(*, port: int, record: Path, description: str, destructive: bool = False) -> None:
     import anyio
+    from mcp_types import ToolAnnotations
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.server.transport_security import TransportSecuritySettings
@@ -66,7 +68,10 @@ def serve(*, port: int, record: Path, description: str) -> None:
 
     server = RecordingServer("agp-test-tools", log_level="WARNING")
 
-    @server.tool(description=description)
+    annotations = (ToolAnnotations(read_only_hint=False, destructive_hint=True) if destructive
+                   else ToolAnnotations(read_only_hint=True))
+
+    @server.tool(description=description, annotations=annotations)
     def lookup_customer(customer_id: str) -> str:
         return f"customer {customer_id}: Ada Lovelace"
 
@@ -96,9 +101,10 @@ def free_port() -> int:
 class McpServerProcess:
     """One test MCP server subprocess; ``url`` is its endpoint, ``record`` what it was asked."""
 
-    def __init__(self, *, workdir: Path, port: int, description: str):
+    def __init__(self, *, workdir: Path, port: int, description: str, destructive: bool = False):
         self.port = port
         self.description = description
+        self.destructive = destructive
         self.record = workdir / f"mcp-{port}.jsonl"
         self.log = workdir / f"mcp-{port}.log"
         self.process: subprocess.Popen | None = None
@@ -109,7 +115,7 @@ class McpServerProcess:
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "tests.mcp_server", "--port", str(self.port), "--record", str(self.record),
-                "--description", self.description]
+                "--description", self.description] + (["--destructive"] if self.destructive else [])
 
     def start(self) -> "McpServerProcess":
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGP_") and k != "DJANGO_SETTINGS_MODULE"}
@@ -138,10 +144,13 @@ class McpServerProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
 
-    def restart(self, *, description: str) -> "McpServerProcess":
-        """Stop, then start again on the same port and record with another description."""
+    def restart(self, *, description: str | None = None, destructive: bool | None = None) -> "McpServerProcess":
+        """Stop, then start again on the same port and record with another description or annotations."""
         self.stop()
-        self.description = description
+        if description is not None:
+            self.description = description
+        if destructive is not None:
+            self.destructive = destructive
         return self.start()
 
     def events(self) -> list[dict]:
@@ -176,5 +185,7 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", type=Path, required=True)
     parser.add_argument("--description", default=DESCRIPTION)
+    parser.add_argument("--destructive", action="store_true")
     arguments = parser.parse_args()
-    serve(port=arguments.port, record=arguments.record, description=arguments.description)
+    serve(port=arguments.port, record=arguments.record, description=arguments.description,
+          destructive=arguments.destructive)

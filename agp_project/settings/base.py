@@ -155,6 +155,9 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- HTTP contract (CONTRACT C1, C2, C4) ---------------------------------------------
 AGP_MAX_BODY_BYTES = env_int("AGP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+# Threads of a web process (scripts/serve passes it to gunicorn); the MCP gateway keeps as many
+# database threads (gateway/server.py).
+AGP_WEB_THREADS = env_int("AGP_WEB_THREADS", 4, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = AGP_MAX_BODY_BYTES
 AGP_BASE_URL = (env_str("AGP_BASE_URL") or "").rstrip("/")
 AGP_IDEMPOTENCY_TTL_SECONDS = env_int("AGP_IDEMPOTENCY_TTL_SECONDS", 86400, minimum=1)

@@ -11,8 +11,9 @@ from agp_project import errors
 from agp_project.ids import new_id
 from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
+from registry.models import Task
 
-from ..choices import DecisionOutcome, DecisionStatus, Recommendation
+from ..choices import DecidedBy, DecisionOutcome, DecisionStatus, Recommendation
 from ..models import Context, Decision, EvidenceBundle, PolicyEvaluation
 from ..selectors import impact_assessment_required, impact_assessment_standing
 from .common import failed_check, record_created_at, task_required, unique_id
@@ -52,6 +53,15 @@ def decision_create(*, actor: str, task_id: str, agent_id: str, outcome: str, ra
             problems["policy_evaluation_ref"] = [f"Policy evaluation {policy_evaluation_ref!r} is for another task."]
     if problems:
         raise errors.invalid_fields(problems)
+    if outcome == DecisionOutcome.APPROVE and evaluation is not None and not evaluation.allowed:
+        # An approval of what the policy refused would only be caught when an envelope cites
+        # it (check 5): refused here, when it is made.
+        reasons = (evaluation.result or {}).get("reasons") or []
+        raise errors.PrerequisiteFailed(
+            "An approve decision needs an evaluation that allowed the action.",
+            details={"failed_checks": [failed_check(
+                "policy_evaluation_allows", f"policy evaluation {evaluation.evaluation_id!r} did not allow the action"
+                + (f" ({', '.join(map(str, reasons))})" if reasons else ""))]})
     with unique_id("decision", "decision_id", decision_id), transaction.atomic():
         decision = Decision.objects.create(
             decision_id=decision_id, task=task, agent_id=agent_id, outcome=outcome, rationale=rationale,
@@ -60,7 +70,7 @@ def decision_create(*, actor: str, task_id: str, agent_id: str, outcome: str, ra
         ledger_append(event_type="decision.created", resource_type="Decision", resource_id=decision_id, actor=actor,
                       root_principal=task.root_principal, payload={"task_id": task_id, "agent_id": agent_id, "outcome": outcome,
                                "context_ref": context_ref, "evidence_refs": evidence_refs,
-                               "policy_evaluation_ref": policy_evaluation_ref})
+                               "policy_evaluation_ref": policy_evaluation_ref, "decided_by": DecidedBy.CLIENT})
     return decision
 
 
@@ -114,13 +124,52 @@ def decision_status_set(*, actor: str, decision_id: str, status: str, now: datet
                 details={"failed_checks": failed})
         if failed:
             raise errors.PrerequisiteFailed("The decision cannot be finalised.", details={"failed_checks": failed})
-        decision.finalise()
-        decision.finalised_at = now or timezone.now()
-        try:
-            decision.save()
-        except ConcurrentTransition:
-            raise errors.InvalidTransition(from_state=DecisionStatus.FINALISED, to_state=status, allowed=[]) from None
-        ledger_append(event_type="decision.finalised", resource_type="Decision", resource_id=decision_id,
-                      actor=actor, root_principal=decision.task.root_principal, payload=
-{"task_id": decision.task_id, "outcome": decision.outcome})
+        decision_finalise_locked(decision, actor=actor, root_principal=decision.task.root_principal,
+                                 now=now or timezone.now())
+    return decision
+
+
+def decision_finalise_locked(decision: Decision, *, actor: str, root_principal: str, now: datetime) -> None:
+    """``draft -> finalised`` of a decision the caller locked and found ready, with its ledger event."""
+    decision.finalise()
+    decision.finalised_at = now
+    try:
+        decision.save()
+    except ConcurrentTransition:
+        raise errors.InvalidTransition(from_state=DecisionStatus.FINALISED, to_state=DecisionStatus.FINALISED,
+                                       allowed=[]) from None
+    ledger_append(event_type="decision.finalised", resource_type="Decision", resource_id=decision.decision_id,
+                  actor=actor, root_principal=root_principal,
+                  payload={"task_id": decision.task_id, "outcome": decision.outcome})
+
+
+def decision_by_policy(*, actor: str, task: Task, agent_id: str, evaluation: PolicyEvaluation, waits: bool,
+                       now: datetime) -> Decision:
+    """The decision the task's policy set made on ``evaluation`` (an action made in one call), in
+    the caller's transaction: ``approve`` when it allowed, else ``deny``.
+
+    An ``approve`` that ``waits`` for people (approvals, an impact assessment) stays a draft;
+    every other decision is final at once: nothing about a refusal waits.
+    """
+    allowed = evaluation.allowed
+    outcome = DecisionOutcome.APPROVE if allowed else DecisionOutcome.DENY
+    final = not (allowed and waits)
+    reasons = (evaluation.result or {}).get("reasons") or []
+    rationale = (f"Policy set {evaluation.policy_set_id!r} " + ("allowed the action" if allowed else "did not allow the action")
+                 + (f": {'; '.join(map(str, reasons))}" if reasons else "") + ".")
+    # A final decision is written final (one statement); its trail still says it was made, then finalised.
+    decision = Decision.objects.create(
+        decision_id=new_id("dec"), task=task, agent_id=agent_id, outcome=outcome, rationale=rationale,
+        policy_evaluation=evaluation, decided_by=DecidedBy.POLICY,
+        status=DecisionStatus.FINALISED if final else DecisionStatus.DRAFT, finalised_at=now if final else None,
+        created_at=now, created_by=actor)
+    ledger_append(event_type="decision.created", resource_type="Decision", resource_id=decision.decision_id,
+                  actor=actor, root_principal=task.root_principal, payload={
+                      "task_id": task.task_id, "agent_id": agent_id, "outcome": outcome, "context_ref": None,
+                      "evidence_refs": [], "policy_evaluation_ref": evaluation.evaluation_id,
+                      "decided_by": DecidedBy.POLICY})
+    if final:
+        ledger_append(event_type="decision.finalised", resource_type="Decision", resource_id=decision.decision_id,
+                      actor=actor, root_principal=task.root_principal,
+                      payload={"task_id": task.task_id, "outcome": outcome})
     return decision

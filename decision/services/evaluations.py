@@ -1,6 +1,7 @@
 """Policy evaluations (CONTRACT C6, C12, C14): the Rego engine's verdict, with its shadows'."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ from agp_project.exactjson import changed_as_double, decimal_text
 from agp_project.ids import new_id
 from agp_project.timeutil import iso
 from core import engine
+from core.engine import EvaluationResult
 from core.ledger import ledger_append
 from registry.choices import PolicySetStatus
 from registry.models import PolicySet, Task
@@ -83,12 +85,8 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             raise errors.invalid_fields({"input": [
                 "input.action is set by the service from the request's action: send one or the other."]})
         action = action_document(**action)
-    rego_input = policy_evaluation_input(input=input, action=action)
-    _refuse_numbers_the_engine_changes(rego_input)
-    # The set and its active shadows (C14) in one query.
-    sets = list(PolicySet.objects.filter(Q(policy_set_id=policy_set_id)
-                                         | Q(shadow_of_id=policy_set_id, status=PolicySetStatus.ACTIVE))
-                .order_by("policy_set_id"))
+    _refuse_numbers_the_engine_changes(policy_evaluation_input(input=input, action=action))
+    sets = policy_sets_with_shadows(policy_set_id)
     policy_set = next((candidate for candidate in sets if candidate.policy_set_id == policy_set_id), None)
     missing = {}
     if policy_set is None:
@@ -109,32 +107,78 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
         raise errors.PrerequisiteFailed(
             f"Policy set {policy_set_id!r} is revoked: it cannot be referenced in new policy evaluations.",
             details={"failed_checks": [failed_check("policy_set_not_revoked", f"policy set {policy_set_id!r} is revoked")]})
-    input_hash = hash_of(input, "input")
-    evaluated_action_hash = hash_of(action, "action") if action is not None else ""
     now = timezone.now()
     created_at = record_created_at(created_at, now)  # may refuse (400): before the block without a savepoint
-    outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=rego_input)
-    result = outcome.as_result()
-    shadow_results = _shadows_evaluate([s for s in sets if s is not policy_set], input=rego_input,
-                                       allow=outcome.allow)
-    payload = {"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
-               "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash,
-               "action_hash": evaluated_action_hash or None, "result": result, "engine": outcome.engine}
-    if shadow_results:
-        payload["shadow_results"] = shadow_results
+    evaluated = policy_evaluate(sets=sets, policy_set=policy_set, input=input, action=action, now=now)
     # A savepoint only for a client-chosen id, which may collide (409 in a transaction that
     # goes on to store the answer under its Idempotency-Key); a fresh id cannot. Nothing else
     # in the block may refuse: without a savepoint, a refusal would doom that transaction.
     with unique_id("policy evaluation", "evaluation_id", evaluation_id), transaction.atomic(savepoint=chosen_id):
-        evaluation = PolicyEvaluation.objects.create(
-            evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id, input=input,
-            input_hash=input_hash, action=action, action_hash=evaluated_action_hash,
-            ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
-            require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
-            shadow_results=shadow_results, evaluated_at=now, created_at=created_at, created_by=actor)
-        ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
-                      resource_id=evaluation_id, actor=actor, root_principal=task["root_principal"], payload=payload)
+        return policy_evaluation_record(evaluated, evaluation_id=evaluation_id, task_id=task_id, agent_id=agent_id,
+                                        root_principal=task["root_principal"], actor=actor, created_at=created_at)
 
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A policy set's verdict on an input, not recorded yet (``policy_evaluation_record`` records it)."""
+
+    policy_set: PolicySet
+    input: dict[str, Any]
+    input_hash: str
+    action: dict[str, Any] | None
+    action_hash: str
+    outcome: EvaluationResult
+    shadow_results: dict[str, dict[str, bool]]
+    evaluated_at: datetime
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome.allow
+
+
+def policy_sets_with_shadows(policy_set_id: str) -> list[PolicySet]:
+    """The set and its active shadows (C14), in one query."""
+    return list(PolicySet.objects.filter(Q(policy_set_id=policy_set_id)
+                                         | Q(shadow_of_id=policy_set_id, status=PolicySetStatus.ACTIVE))
+                .order_by("policy_set_id"))
+
+
+def policy_evaluate(*, sets: Sequence[PolicySet], policy_set: PolicySet, input: dict[str, Any],
+                    action: dict[str, Any] | None, now: datetime) -> Evaluated:
+    """Run the engine for ``input`` and ``action`` under ``policy_set`` and its shadows among
+    ``sets``; nothing is written. A number the engine would not compare exactly is a 400."""
+    rego_input = policy_evaluation_input(input=input, action=action)
+    _refuse_numbers_the_engine_changes(rego_input)
+    input_hash = hash_of(input, "input")
+    evaluated_action_hash = hash_of(action, "action") if action is not None else ""
+    outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=rego_input)
+    shadow_results = _shadows_evaluate([s for s in sets if s is not policy_set], input=rego_input,
+                                       allow=outcome.allow)
+    return Evaluated(policy_set=policy_set, input=input, input_hash=input_hash, action=action,
+                     action_hash=evaluated_action_hash, outcome=outcome, shadow_results=shadow_results,
+                     evaluated_at=now)
+
+
+def policy_evaluation_record(evaluated: Evaluated, *, evaluation_id: str, task_id: str, agent_id: str,
+                             root_principal: str, actor: str, created_at: datetime) -> PolicyEvaluation:
+    """Write the evaluation and its ledger event, in the caller's transaction."""
+    policy_set, outcome = evaluated.policy_set, evaluated.outcome
+    result = outcome.as_result()
+    payload = {"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
+               "ruleset_hash": policy_set.ruleset_hash, "input_hash": evaluated.input_hash,
+               "action_hash": evaluated.action_hash or None, "result": result, "engine": outcome.engine}
+    if evaluated.shadow_results:
+        payload["shadow_results"] = evaluated.shadow_results
+    evaluation = PolicyEvaluation.objects.create(
+        evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id,
+        input=evaluated.input, input_hash=evaluated.input_hash, action=evaluated.action,
+        action_hash=evaluated.action_hash, ruleset_hash=policy_set.ruleset_hash, result=result,
+        allowed=outcome.allow, require_approval=outcome.require_approval,
+        warnings=_policy_set_warnings(policy_set, evaluated.evaluated_at),
+        shadow_results=evaluated.shadow_results, evaluated_at=evaluated.evaluated_at, created_at=created_at,
+        created_by=actor)
+    ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
+                  resource_id=evaluation_id, actor=actor, root_principal=root_principal, payload=payload)
     return evaluation
 
 

@@ -46,7 +46,7 @@ __all__ = ["CHECK_NAMES", "CheckReport", "EnvelopeInputs", "Outcome", "envelope_
 
 def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
                     held_on: str | None = None, new: bool = False,
-                    tenants: frozenset[str] | None = None) -> CheckReport:
+                    tenants: frozenset[str] | None = None, finalising: str | None = None) -> CheckReport:
     """Run all eleven checks on ``inputs``; never stops at the first failure.
 
     ``held_on``: the commerce session on which the envelope already holds a reservation
@@ -58,6 +58,10 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     ``already_accepted`` (and does not pass): the caller answers 409, as for any duplicate id.
 
     ``tenants``: those of a caller bound to tenants; records of others are not found.
+
+    ``finalising``: the id of a draft decision the caller finalises, in its transaction, when
+    every check passes (an action made in one call, execution/one_call.py): it is judged as
+    finalised.
     """
     now = now or timezone.now()
     report = CheckReport(results=[], parameters_hash=inputs.parameters_hash)
@@ -66,6 +70,7 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     if state.already_accepted:
         report.already_accepted = True
         return report
+
     task = state.task
     report.action_class = task.action_class if task is not None else None
     report.root_principal = task.root_principal if task is not None else None
@@ -108,7 +113,7 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
         found.outcome,
         check_capability(capability=state.capability, skill=state.skill, delegation=found.delegation,
                          inputs=inputs, now=now),
-        check_decision(decision=state.decision, inputs=inputs),
+        check_decision(decision=state.decision, inputs=inputs, finalising=finalising),
         check_policy_evaluation(evaluation=state.evaluation, inputs=inputs),
         check_impact_assessment(task=task, assessment=state.assessment, inputs=inputs),
         approval_outcome,

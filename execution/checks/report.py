@@ -40,9 +40,12 @@ class EnvelopeInputs:
     created_at: datetime
     parameters: dict[str, Any] = field(default_factory=dict)
     callback_url: str = ""
+    # The commerce session a spending call names (the MCP gateway's ``agp/commerce_session_id``);
+    # empty: check 9 picks the task's and agent's open session that fits.
+    commerce_session_id: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        document = {
             "action_id": self.action_id, "task_id": self.task_id, "agent_id": self.agent_id,
             "tool_id": self.tool_id, "operation": self.operation,
             "capability_token_ref": self.capability_token_ref, "decision_ref": self.decision_ref,
@@ -50,6 +53,9 @@ class EnvelopeInputs:
             "created_at": self.created_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "parameters": self.parameters, "callback_url": self.callback_url,
         }
+        if self.commerce_session_id:
+            document["commerce_session_id"] = self.commerce_session_id
+        return document
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "EnvelopeInputs":
@@ -60,7 +66,8 @@ class EnvelopeInputs:
                    tool_id=data["tool_id"], operation=data["operation"],
                    capability_token_ref=data["capability_token_ref"], decision_ref=data["decision_ref"],
                    policy_decision_ref=data["policy_decision_ref"], created_at=created_at,
-                   parameters=data.get("parameters") or {}, callback_url=data.get("callback_url") or "")
+                   parameters=data.get("parameters") or {}, callback_url=data.get("callback_url") or "",
+                   commerce_session_id=data.get("commerce_session_id") or "")
 
     @property
     def parameters_hash(self) -> str:

@@ -208,17 +208,19 @@ def check_capability(*, capability: Capability | None, skill: Skill | None, dele
 
 
 # --- 4. decision ------------------------------------------------------------------------------------------
-def check_decision(*, decision, inputs: EnvelopeInputs) -> Outcome:
+def check_decision(*, decision, inputs: EnvelopeInputs, finalising: str | None = None) -> Outcome:
+    """``finalising``: a draft decision the caller finalises when every check passes (judged finalised)."""
     problems = []
     if decision is None:
-        problems.append(f"decision {inputs.decision_ref!r} does not exist")
+        problems.append(f"decision {inputs.decision_ref!r} does not exist" if inputs.decision_ref
+                        else "the envelope cites no decision")
     else:
         if decision.task_id != inputs.task_id:
             problems.append(f"decision {decision.decision_id!r} is for another task")
         problem = _agent_problem("decision", decision.decision_id, decision.agent_id, inputs.agent_id)
         if problem:
             problems.append(problem)
-        if decision.status != "finalised":
+        if decision.status != "finalised" and decision.decision_id != finalising:
             problems.append(f"decision {decision.decision_id!r} is {decision.status}, not finalised")
         if decision.outcome != "approve":
             problems.append(f"decision {decision.decision_id!r} has outcome {decision.outcome!r}, not approve")
@@ -255,7 +257,8 @@ def _action_problem(evaluation: PolicyEvaluation, inputs: EnvelopeInputs) -> str
 def check_policy_evaluation(*, evaluation: PolicyEvaluation | None, inputs: EnvelopeInputs) -> Outcome:
     problems = []
     if evaluation is None:
-        problems.append(f"policy evaluation {inputs.policy_decision_ref!r} does not exist")
+        problems.append(f"policy evaluation {inputs.policy_decision_ref!r} does not exist" if inputs.policy_decision_ref
+                        else "the envelope cites no policy evaluation")
     else:
         policy_set = evaluation.policy_set
         if evaluation.task_id != inputs.task_id:
@@ -431,7 +434,10 @@ def check_commerce(*, task: Task | None, inputs: EnvelopeInputs, delegation: Del
         problems.append("a transact action needs parameters.currency, an ISO 4217 currency code")
         currency = None
 
-    if session is None:
+    if session is None and inputs.commerce_session_id:
+        problems.append(f"commerce session {inputs.commerce_session_id!r} is not one of task {task.task_id!r} and "
+                        f"agent {inputs.agent_id!r}")
+    elif session is None:
         problems.append(f"no open, unexpired commerce session for task {task.task_id!r} and agent "
                         f"{inputs.agent_id!r}")
     else:

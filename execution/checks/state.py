@@ -239,6 +239,9 @@ def _load_commerce(state: EnvelopeState, *, inputs: EnvelopeInputs, now: datetim
     if held_on:
         state.session = sessions.filter(session_id=held_on).first()
         state.payment = Payment.objects.filter(envelope_id=inputs.action_id).first()
+    elif inputs.commerce_session_id:
+        # The call named its session: that one or none (check 9 says why it does not fit).
+        state.session = sessions.filter(session_id=inputs.commerce_session_id).first()
     else:
         currency = inputs.parameters.get("currency")
         room = Value(amount or Decimal("0"), output_field=MONEY)

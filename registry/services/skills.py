@@ -1,6 +1,7 @@
 """Skills (CONTRACT C16): the connector that executes a tool for an agent, MCP tools pinned."""
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -18,7 +19,7 @@ from ..tool_pins import tool_pins_from_listing
 from .common import insert_new, lock_agents, record_timestamp, refuse_revoked_agents
 
 
-def _mcp_tool_pins(endpoint_url: str) -> list[dict[str, str]]:
+def _mcp_tool_pins(endpoint_url: str) -> list[dict[str, Any]]:
     """List the MCP server's tools and pin them; a refused, unreachable or unusable server is a 400."""
     try:
         listed = mcp_client.tools_list(endpoint_url, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS)
@@ -69,7 +70,7 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
         # Checked before the network call too: a wrong reference fails without reaching the server.
         _refuse_to_supersede(Skill.objects.filter(skill_id=supersedes).first(), supersedes=supersedes,
                              agent_id=agent_id, tool_id=tool_id, root_principal=root_principal)
-    tool_pins: list[dict[str, str]] = []
+    tool_pins: list[dict[str, Any]] = []
     if connector == Connector.HTTP:
         url_guard_registration(endpoint_url, field="endpoint_url")
     elif connector == Connector.MCP:

@@ -10,25 +10,44 @@ from agp_project import errors
 from agp_project.ids import new_id
 from core.ledger import ledger_append
 
-from ..choices import TaskStatus
-from ..models import Task
+from ..choices import PolicySetStatus, TaskStatus
+from ..models import PolicySet, Task
 from .common import insert_new, record_timestamp
 
 
+def _governing_policy_set(policy_set_id: str, root_principal: str) -> PolicySet:
+    """The set a task names to govern its one-call actions: one its tenant sees (its own or a
+    shared one), not revoked, and not a shadow; else a 400 naming ``policy_set_id``."""
+    policy_set = PolicySet.objects.filter(policy_set_id=policy_set_id).first()
+    if policy_set is None or policy_set.root_principal not in (None, root_principal):
+        # Another tenant's set: as if it did not exist (docs/reference/identity.md).
+        problem = f"No policy set with id {policy_set_id!r}."
+    elif policy_set.status == PolicySetStatus.REVOKED:
+        problem = f"Policy set {policy_set_id!r} is revoked."
+    elif policy_set.shadow_of_id is not None:
+        problem = f"Policy set {policy_set_id!r} is a shadow of {policy_set.shadow_of_id!r}: it clears nothing."
+    else:
+        return policy_set
+    raise errors.invalid_fields({"policy_set_id": [problem]})
+
+
 def task_create(*, actor: str, root_principal: str, agent_id: str, risk_level: str, action_class: str,
-                title: str = "",
+                title: str = "", policy_set_id: str | None = None,
                 status: str = TaskStatus.OPEN, task_id: str | None = None,
                 created_at: datetime | None = None) -> Task:
-    """Record a task an agent performs for a root principal (CONTRACT C7)."""
+    """Record a task an agent performs for a root principal (CONTRACT C7), optionally governed by
+    ``policy_set_id`` for the actions made in one call (docs/reference/gateway.md)."""
     now = timezone.now()
+    policy_set = _governing_policy_set(policy_set_id, root_principal) if policy_set_id else None
     task = Task(task_id=task_id or new_id("tsk"), root_principal=root_principal, agent_id=agent_id, title=title,
-                risk_level=risk_level, action_class=action_class, status=status, created_by=actor,
-                created_at=record_timestamp(created_at, field="created_at", now=now))
+                risk_level=risk_level, action_class=action_class, status=status, policy_set=policy_set,
+                created_by=actor, created_at=record_timestamp(created_at, field="created_at", now=now))
     with transaction.atomic():
         insert_new(task, id_field="task_id", type_name="task")
         ledger_append(event_type="task.created", resource_type="Task", resource_id=task.task_id, actor=actor,
-                      root_principal=root_principal, payload={"root_principal": root_principal, "agent_id": agent_id, "risk_level": risk_level,
-                               "action_class": action_class, "status": status})
+                      root_principal=root_principal, payload={
+                          "root_principal": root_principal, "agent_id": agent_id, "risk_level": risk_level,
+                          "action_class": action_class, "status": status, "policy_set_id": policy_set_id})
     return task
 
 

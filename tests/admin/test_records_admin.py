@@ -85,7 +85,8 @@ def test_it_links_an_envelope_to_its_evidence_bundle_download(auditor_client, ad
     assert download["Content-Disposition"] == f'attachment; filename="evidence-{envelope.pk}.json"'
     bundle = json.loads(download.content)
     assert (bundle["type"], bundle["action_id"]) == ("ActionEvidence", envelope.action_id)
-    assert [item["event"]["event_type"] for item in bundle["ledger_events"]] == ["envelope.accepted"]
+    # The decision's finalisation governed it; the acceptance is the action's own event.
+    assert [item["event"]["event_type"] for item in bundle["ledger_events"]] == ["decision.finalised", "envelope.accepted"]
     assert bundle["records"]["receipt"]["receipt_id"] == admin_world.receipt.receipt_id
     assert auditor_client.get("/admin/execution/actionenvelope/999999/evidence/").status_code == 404
 

@@ -71,3 +71,17 @@ def test_a_redis_database_another_client_uses_stops_the_benchmark_and_is_left_as
     flush_redis(url)  # alone now: emptied
     with redis.Redis.from_url(url) as after:
         assert after.dbsize() == 0
+
+
+def test_the_gateways_budget_is_what_it_adds_to_a_direct_call_in_units_of_the_baseline():
+    from bench.report import budgets
+
+    one = {"p50": 2.0, "p95": 3.0, "p99": 4.0, "throughput": 400.0, "requests": 100}
+    results = {"a": {**one, "throughput": 800.0}, "a1": one,
+               "i": {"direct": {**one, "p50": 3.0}, "gateway": {**one, "p50": 17.0}},
+               "i_rest": {**one, "throughput": 79.0}}
+
+    found = {budget.name: budget for budget in budgets(results)}
+
+    assert found["(i)"].measured == 7.0 and found["(i)"].met  # (17 - 3) / 2
+    assert found["(i) REST"].measured == pytest.approx(0.09875) and not found["(i) REST"].met

@@ -56,12 +56,29 @@ def test_it_creates_a_draft_decision_citing_records_of_its_task(api):
         "type": "Decision", "decision_id": "dec-1", "task_id": task.task_id, "agent_id": "agent-1",
         "outcome": "approve", "rationale": "within limits", "context_ref": context["context_id"],
         "evidence_refs": [bundle["bundle_id"]], "policy_evaluation_ref": evaluation.evaluation_id,
-        "status": "draft", "finalised_at": None, "created_at": response.json()["created_at"],
-        "created_by": "anonymous"}
+        "status": "draft", "decided_by": "client", "finalised_at": None,
+        "created_at": response.json()["created_at"], "created_by": "anonymous"}
     decision = Decision.objects.get(decision_id="dec-1")
     assert (decision.status, decision.context_id, decision.policy_evaluation_id) == (
         "draft", context["context_id"], evaluation.evaluation_id)
     assert LedgerEvent.objects.get(resource_id="dec-1").event_type == "decision.created"
+
+
+def test_an_approve_decision_on_an_evaluation_that_did_not_allow_is_refused_when_it_is_made(api):
+    task = make_task()
+    denied = make_evaluation(task=task, allowed=False)
+
+    response = api.post("/agp/decisions", {"task_id": task.task_id, "agent_id": "agent-1", "outcome": "approve",
+                                           "policy_evaluation_ref": denied.evaluation_id}, format="json")
+
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["details"]["failed_checks"] == [{
+        "check": "policy_evaluation_allows",
+        "reason": f"policy evaluation {denied.evaluation_id!r} did not allow the action"}]
+    assert not Decision.objects.exists()
+    deny = api.post("/agp/decisions", {"task_id": task.task_id, "agent_id": "agent-1", "outcome": "deny",
+                                       "policy_evaluation_ref": denied.evaluation_id}, format="json")
+    assert deny.status_code == 201
 
 
 def test_it_creates_decisions_as_draft_only(api):

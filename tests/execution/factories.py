@@ -387,3 +387,36 @@ def make_mcp_world(endpoint_url: str, *, operation: str = "lookup_customer", **o
                                tool_id=world.tool_id, connector="mcp", endpoint_url=endpoint_url,
                                supersedes=world.skill.skill_id)
     return world
+
+
+# The Rego of a task's policy set for actions made in one call (execution/one_call.py): it reads
+# the documented input, {"action", "task", "agent_id"}.
+ONE_CALL_RULESET = """package agp.one_call
+
+import rego.v1
+
+default allow := false
+
+allow if input.task.action_class in {"read", "write", "transact"}
+
+require_approval if {
+    input.action.parameters.limit > 50
+    input.action.parameters.limit <= 90
+}
+
+deny contains "limit over 90" if input.action.parameters.limit > 90
+"""
+
+
+def governed_by_policy(world: World, *, ruleset: str = ONE_CALL_RULESET) -> World:
+    """``world`` whose task names a policy set of ``ruleset``, so that a call without a decision
+    is governed by it; ``world.one_call_request()`` is such a call."""
+    world.policy_set = make_policy_set(ruleset=ruleset)
+    Task.objects.filter(pk=world.task.pk).update(policy_set=world.policy_set)
+    world.task.refresh_from_db()
+    return world
+
+
+def one_call_request(world: World, **overrides) -> dict[str, Any]:
+    """An envelope request without decision_ref and policy_decision_ref: the task's policy set decides."""
+    return world.envelope_request(**{"decision_ref": None, "policy_decision_ref": None, **overrides})

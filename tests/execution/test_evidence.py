@@ -75,9 +75,15 @@ def test_it_gathers_the_whole_story_of_an_action_with_every_event_proved(api):
 
     # Every event of the action, in order, each proved in the tree of the checkpoint signed for it.
     events = [item["event"] for item in bundle["ledger_events"]]
+    # The records that governed it first (evaluation, decision, its assessment, finalisation,
+    # approval), then the action's own.
     assert [event["event_type"] for event in events] == [
-        "payment.reserved", "envelope.accepted", "operation.created", "operation.running", "payment.committed",
-        "envelope.executed", "operation.succeeded", "receipt.issued"]
+        "policy_evaluation.created", "decision.created", "impact_assessment.created", "decision.finalised",
+        "approval.created", "payment.reserved", "envelope.accepted", "operation.created", "operation.running",
+        "payment.committed", "envelope.executed", "operation.succeeded", "receipt.issued"]
+    assert {event["resource_id"] for event in events[:5]} == {
+        envelope["policy_decision_ref"], ids["decision_id"], records["impact_assessments"][0]["assessment_id"],
+        records["approvals"][0]["approval_id"]}
     assert events == [get(api, f"/agp/ledger-events/{event['sequence']}") for event in events]
     checkpoint = Checkpoint.objects.get()
     assert bundle["checkpoint"] == get(api, "/agp/ledger-events/checkpoint")
@@ -91,7 +97,7 @@ def test_it_gathers_the_whole_story_of_an_action_with_every_event_proved(api):
                                         [bytes.fromhex(h) for h in proof["audit_path"]], root)
 
     summary = verify_evidence(bundle, jwks=service_keys())
-    assert summary == {"action_id": action_id, "signatures": 10, "ledger_events": 8,
+    assert summary == {"action_id": action_id, "signatures": 10, "ledger_events": 13,
                        "tree_size": checkpoint.tree_size, "root_hash": checkpoint.root_hash,
                        "kids": [bundle["jwks"]["keys"][0]["kid"]]}
 
@@ -117,7 +123,7 @@ def test_an_action_not_executed_yet_has_evidence_too(api):
     assert bundle["records"]["operation"]["status"] == "pending"
     assert bundle["records"]["receipt"] is None
     assert bundle["records"]["payment"]["status"] == "reserved"
-    assert [item["event"]["event_type"] for item in bundle["ledger_events"]] == [
+    assert [item["event"]["event_type"] for item in bundle["ledger_events"]][-3:] == [
         "payment.reserved", "envelope.accepted", "operation.created"]
     assert verify_evidence(bundle, jwks=service_keys())["signatures"] == 9
 
@@ -221,7 +227,7 @@ def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"OK: evidence for action {bundle['action_id']} verified: 10 signatures, "
-                                  f"8 ledger events included in checkpoint {bundle['checkpoint']['tree_size']}")
+                                  f"13 ledger events included in checkpoint {bundle['checkpoint']['tree_size']}")
     for name, change, failure in tamperings(bundle):
         tampered = copy.deepcopy(bundle)
         change(tampered)

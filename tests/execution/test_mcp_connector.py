@@ -75,9 +75,34 @@ def test_a_changed_definition_fails_closed_and_the_tool_is_not_called(local_mcp,
     assert server.calls() == []
 
 
+def test_a_tool_that_turns_destructive_is_a_changed_tool_and_is_not_called(local_mcp, mcp_servers):
+    server = mcp_servers.start()
+    pins = pinned(server)
+    server.restart(destructive=True)  # the same name, description and schema; only the annotations differ
+
+    with pytest.raises(ExecutionFailed) as caught:
+        connector_for("mcp").execute(call(server, "lookup_customer", {"customer_id": "c-42"}, pins))
+
+    assert failure(caught)["code"] == "AGP_TOOL_CHANGED"
+    assert server.calls() == []
+
+
+def test_a_pin_made_before_annotations_were_pinned_fails_closed_without_asking_the_server(local_mcp, mcp_servers):
+    server = mcp_servers.start()
+    legacy = [{"name": pin["name"], "definition_hash": pin["definition_hash"]} for pin in pinned(server)]
+    listed_before = len(server.events())
+
+    with pytest.raises(ExecutionFailed) as caught:
+        connector_for("mcp").execute(call(server, "lookup_customer", {"customer_id": "c-42"}, legacy))
+
+    assert failure(caught)["code"] == "AGP_TOOL_CHANGED"
+    assert "register a new version of the skill (supersedes)" in failure(caught)["message"]
+    assert len(server.events()) == listed_before
+
+
 def test_a_tool_the_server_no_longer_lists_counts_as_changed(local_mcp, mcp_servers):
     server = mcp_servers.start()
-    pins = [{"name": "delete_customer", "definition_hash": "sha256:" + "1" * 64}]
+    pins = [{"name": "delete_customer", "definition_hash": "sha256:" + "1" * 64, "definition": {}}]
 
     with pytest.raises(ExecutionFailed) as caught:
         connector_for("mcp").execute(call(server, "delete_customer", {}, pins))

@@ -86,17 +86,44 @@ def quick_start(tmp_path_factory):
     served.stop()
 
 
-def test_the_first_governed_action_runs_against_the_quick_start_server(quick_start, tmp_path):
-    [example] = code_blocks(section("Your first governed action"), "python")
+def run_example(section_title: str, served: Served, tmp_path: Path) -> list[str]:
+    """The section's first Python block, run as a script against ``served``; its output lines."""
+    example = code_blocks(section(section_title), "python")[0]
     assert DOCUMENTED_URL in example
-    script = tmp_path / "first_action.py"
-    script.write_text(example.replace(DOCUMENTED_URL, quick_start.url))
-
+    script = tmp_path / "example.py"
+    script.write_text(example.replace(DOCUMENTED_URL, served.url))
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr + served.output()[-4000:]
+    return result.stdout.splitlines()
 
-    assert result.returncode == 0, result.stdout + result.stderr + quick_start.output()[-4000:]
-    lines = result.stdout.splitlines()
+
+@pytest.fixture(scope="module")
+def authenticated(tmp_path_factory):
+    """The README's authentication line of the quick start (scripts/serve with a secret and the
+    bootstrap client admin / change-me)."""
+    [serve_line], _ = commands(code_blocks(section("Quick start"), "sh")[2])
+    served = Served(tmp_path_factory.mktemp("authenticated"), serve_line)
+    yield served
+    served.stop()
+
+
+def test_the_first_governed_action_is_six_records_and_one_call_against_the_authenticated_server(
+        authenticated, tmp_path):
+    lines = run_example("Your first governed action", authenticated, tmp_path)
+
+    assert lines[:2] == ["succeeded", "policy"]
+    trail = [line.split()[1] for line in lines[2:]]  # the action's whole trail, newest first
+    assert trail[0] == "receipt.issued" and trail[-1] == "envelope.accepted"
+    assert {"operation.created", "operation.running", "envelope.executed", "operation.succeeded"} <= set(trail)
+    # Six records a user makes: the agent client, delegation, capability, skill, policy set, task.
+    example = code_blocks(section("Your first governed action"), "python")[0]
+    assert len(re.findall(r"\.create\(", example)) == 6
+
+
+def test_the_explicit_records_walkthrough_runs_against_the_quick_start_server(quick_start, tmp_path):
+    lines = run_example("Governing with explicit records", quick_start, tmp_path)
+
     assert lines[0] == "succeeded"
     trail = [line.split()[1] for line in lines[1:]]  # the action's whole trail, newest first
     assert trail[0] == "receipt.issued" and trail[-1] in ("envelope.accepted", "payment.reserved")
@@ -111,21 +138,17 @@ def test_the_quick_start_curl_line_answers_with_the_api_index(quick_start):
     assert [group["name"] for group in index["groups"]] == ["registry", "decision", "execution", "admin"]
 
 
-def test_the_authentication_lines_start_a_server_that_needs_the_token_they_get(tmp_path):
+def test_the_authentication_lines_start_a_server_that_needs_the_token_they_get(authenticated):
     [serve_line], curls = commands(code_blocks(section("Quick start"), "sh")[2])
     assert serve_line.endswith("scripts/serve")
-    served = Served(tmp_path, serve_line)
-    try:
-        token_line, read_line = curls
-        token = json.loads(run(token_line, served))
-        assert token["token_type"] == "bearer" and token["access_token"]
-        assert "<access_token>" in read_line
-        events = json.loads(run(read_line.replace("<access_token>", token["access_token"]), served))
-        assert set(events) == {"items", "next_cursor"}
-        refused = json.loads(run(read_line.replace("<access_token>", "not-a-token"), served))
-        assert refused["error"]["code"] == "AGP_UNAUTHENTICATED"
-    finally:
-        served.stop()
+    token_line, read_line = curls
+    token = json.loads(run(token_line, authenticated))
+    assert token["token_type"] == "bearer" and token["access_token"]
+    assert "<access_token>" in read_line
+    events = json.loads(run(read_line.replace("<access_token>", token["access_token"]), authenticated))
+    assert set(events) == {"items", "next_cursor"}
+    refused = json.loads(run(read_line.replace("<access_token>", "not-a-token"), authenticated))
+    assert refused["error"]["code"] == "AGP_UNAUTHENTICATED"
 
 
 def test_a_clean_start_warns_of_nothing_not_even_on_the_first_openapi_document(quick_start):

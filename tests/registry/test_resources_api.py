@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from core.models import LedgerEvent
-from registry.models import Capability, Delegation, LiabilityBinding, Skill, Task
+from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Skill, Task
 from tests.registry import factories as f
 
 pytestmark = pytest.mark.django_db
@@ -82,6 +82,28 @@ def test_it_refuses_a_duplicate_task_id(api):
     assert_error(api.post("/agp/tasks", {**TASK, "task_id": "task-dup"},
                           format="json"), 409, "AGP_CONFLICT")
     assert Task.objects.count() == 1
+
+
+def test_a_task_names_the_policy_set_that_governs_its_one_call_actions(api):
+    shared, own = f.policy_set(), f.policy_set(root_principal="alice")
+    for policy_set in (shared, own):
+        response = api.post("/agp/tasks", {**TASK, "policy_set_id": policy_set.policy_set_id}, format="json")
+        assert response.status_code == 201, response.json()
+        assert response.json()["policy_set_id"] == policy_set.policy_set_id
+        assert Task.objects.get(task_id=response.json()["task_id"]).policy_set_id == policy_set.policy_set_id
+    assert api.post("/agp/tasks", TASK, format="json").json()["policy_set_id"] is None
+
+
+def test_a_task_cannot_be_governed_by_another_tenants_a_revoked_or_a_shadow_policy_set(api):
+    others = f.policy_set(root_principal="bob")
+    revoked = f.policy_set()
+    PolicySet.objects.filter(pk=revoked.pk).update(status="revoked")
+    shadow = f.policy_set(shadow_of_id=f.policy_set().policy_set_id)
+    for policy_set, reason in ((others, "No policy set with id"), (revoked, "is revoked"), (shadow, "is a shadow")):
+        error = assert_error(api.post("/agp/tasks", {**TASK, "policy_set_id": policy_set.policy_set_id},
+                                      format="json"), 400, "AGP_INVALID_REQUEST")
+        assert reason in error["details"]["fields"]["policy_set_id"][0]
+    assert not Task.objects.exists()
 
 
 def test_it_lists_tasks_by_filter(api):

@@ -39,8 +39,10 @@ def expected_pins(url: str) -> list[dict[str, str]]:
 
     pins = []
     for tool in anyio.run(listing):
-        definition = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
-        pins.append({"name": tool.name,
+        listed = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+        definition = {member: listed.get(member) for member in
+                      ("name", "title", "description", "inputSchema", "outputSchema", "annotations")}
+        pins.append({"name": tool.name, "definition": definition,
                      "definition_hash": "sha256:" + hashlib.sha256(rfc8785.dumps(definition)).hexdigest()})
     return sorted(pins, key=lambda pin: pin["name"])
 

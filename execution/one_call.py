@@ -1,0 +1,221 @@
+"""One call per governed action (docs/reference/gateway.md): the task's policy set decides.
+
+An envelope that cites no decision and no policy evaluation, for a task that names a
+policy set (``Task.policy_set``), is governed in the one request: the set is evaluated on
+the exact action (Rego ``input`` = ``{"action": {"tool_id", "operation", "parameters"},
+"task": {"task_id", "root_principal", "risk_level", "action_class"}, "agent_id"}``), and
+one transaction records the evaluation, the decision the policy made (``decided_by:
+"policy"``) and the envelope, after all eleven checks ran on them. The REST API
+(``POST /agp/action-envelopes``) and the MCP gateway (``gateway/``) both come here.
+
+- The policy allows and asks for nobody: an ``approve`` decision, final at once.
+- It allows but people must act (``require_approval``, a critical task, rule 5's impact
+  assessment): the ``approve`` decision waits as a draft and the call is refused with
+  ``details.decision_id``. The same call again (same task, agent and action) finds that
+  waiting decision instead of evaluating anew; once the approvals and the assessment are
+  there, the checks pass, the decision is finalised and the action goes ahead, in one
+  transaction. A waiting decision is used once: its row is locked, and a call that finds
+  it finalised meanwhile starts over (a new evaluation, which waits again).
+- It does not allow: a ``deny`` decision, final; the call is refused.
+
+Nothing is evaluated for an agent, principal or tool that is frozen, nor for a task that
+names no policy set: the checks then refuse the call (``freeze``, ``decision``,
+``policy_evaluation``). A refused call keeps its evaluation and decision on the record,
+with the refusal (``envelope.rejected``).
+"""
+
+from dataclasses import dataclass, replace
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from agp_project import errors
+from agp_project.canonical import action_document, content_hash
+from agp_project.http.prefer import EXECUTE, VALIDATE
+from agp_project.ids import new_id
+from core.ledger import ledger_batch
+from decision.choices import DecidedBy, DecisionOutcome, DecisionStatus
+from decision.models import Decision, PolicyEvaluation
+from decision.selectors import impact_assessment_required
+from decision.services import (
+    decision_by_policy,
+    decision_finalise_locked,
+    policy_evaluate,
+    policy_evaluation_record,
+    policy_sets_with_shadows,
+)
+from registry.models import Task
+from registry.selectors import freezes_matching
+
+from .checks import CheckReport, EnvelopeInputs, envelope_checks
+from .models import ActionEnvelope, Operation
+from .runner import Claim, claim_start
+from .services import (
+    broker_ensure_reachable,
+    envelope_accepted,
+    envelope_acceptance,
+    envelope_reject,
+    envelope_rejection_record,
+    envelope_validated,
+)
+
+# The gateway's mode: accept, and claim the operation for the caller, who calls the tool itself.
+INLINE = "inline"
+
+
+@dataclass
+class Governed:
+    """What one call made: the evaluation and decision (None when nothing was evaluated), and
+    the envelope (unsaved when only validated) with its operation when accepted."""
+
+    evaluation_id: str
+    decision_id: str
+    envelope: ActionEnvelope
+    operation: Operation | None = None
+    claim: Claim | None = None  # INLINE: what the caller calls, under its claim of the operation
+
+
+class _StaleWaiting(Exception):
+    """The waiting decision was finalised by a concurrent call: start over."""
+
+
+def _governing_task(inputs: EnvelopeInputs, tenants: frozenset[str] | None):
+    """The task, with whether a freeze stops the action (one query); None when it does not
+    exist or is another tenant's."""
+    task = (Task.objects.filter(task_id=inputs.task_id)
+            .annotate(frozen=Exists(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
+                                                     root_principal=OuterRef("root_principal"))))
+            .first())
+    if task is None or (tenants is not None and task.root_principal not in tenants):
+        return None
+    return task
+
+
+def policy_input(task: Task, agent_id: str) -> dict:
+    """The Rego input besides the action: who acts, on which task (docs/reference/gateway.md)."""
+    return {"task": {"task_id": task.task_id, "root_principal": task.root_principal,
+                     "risk_level": task.risk_level, "action_class": task.action_class},
+            "agent_id": agent_id}
+
+
+def _waits_for_people(task: Task, evaluation: PolicyEvaluation) -> bool:
+    return bool(evaluation.require_approval or task.risk_level == "critical" or impact_assessment_required(task=task))
+
+
+def _waiting_decision(task: Task, inputs: EnvelopeInputs, action_hash: str) -> Decision | None:
+    """The newest draft decision the task's policy set made for this agent and action, on an
+    evaluation of the set as it is now."""
+    return (Decision.objects.select_related("policy_evaluation")
+            .filter(task_id=task.task_id, agent_id=inputs.agent_id, decided_by=DecidedBy.POLICY,
+                    status=DecisionStatus.DRAFT, outcome=DecisionOutcome.APPROVE,
+                    policy_evaluation__action_hash=action_hash,
+                    policy_evaluation__policy_set_id=task.policy_set_id,
+                    policy_evaluation__ruleset_hash=task.policy_set.ruleset_hash)
+            .order_by("-pk").first())
+
+
+def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: frozenset[str] | None = None,
+                  executor: str = "") -> Governed:
+    """Govern ``inputs`` (without ``decision_ref`` and ``policy_decision_ref``) by its task's policy set.
+
+    ``mode``: ``VALIDATE`` (the signed envelope as it would execute, nothing executed),
+    ``EXECUTE`` (accepted for a worker, as ``Prefer: respond-async``) or ``INLINE``
+    (accepted, its operation claimed for ``executor``, the caller, which calls the tool
+    itself: the MCP gateway; ``Governed.claim`` says what to call). A refusal is the 422 of any envelope, with
+    ``details.decision_id`` when the decision waits for people.
+    """
+    task = _governing_task(inputs, tenants)
+    if task is None or task.policy_set_id is None or task.frozen:
+        # Nothing to decide by (or nobody may act): the checks say what is missing.
+        report = envelope_checks(inputs=inputs, new=True, tenants=tenants)
+        if report.already_accepted:
+            raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
+        envelope_reject(inputs=inputs, report=report, actor=actor, mode=_ledger_mode(mode))
+    action = action_document(tool_id=inputs.tool_id, operation=inputs.operation, parameters=inputs.parameters)
+    if mode == EXECUTE:  # a worker will be told; inline, the caller executes it
+        broker_ensure_reachable()
+    try:
+        return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
+                       executor=executor, waiting=_waiting_decision(task, inputs, content_hash(action)))
+    except _StaleWaiting:
+        return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
+                       executor=executor, waiting=None)
+
+
+def _ledger_mode(mode: str) -> str:
+    return VALIDATE if mode == VALIDATE else EXECUTE
+
+
+def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mode: str,
+            tenants: frozenset[str] | None, executor: str, waiting: Decision | None) -> Governed:
+    now = timezone.now()
+    evaluated = None
+    if waiting is None:
+        # The engine runs before the transaction: no lock is held while a ruleset runs.
+        sets = policy_sets_with_shadows(task.policy_set_id)
+        policy_set = next((s for s in sets if s.policy_set_id == task.policy_set_id), None)
+        if policy_set is None:  # deleted meanwhile: sets are protected, so never; fail closed anyway
+            raise errors.Unavailable("The task's policy set could not be read.")
+        evaluated = policy_evaluate(sets=sets, policy_set=policy_set, input=policy_input(task, inputs.agent_id),
+                                    action=action, now=now)
+    refusal = None
+    checked: list[CheckReport] = []
+    with envelope_acceptance(inputs=inputs, report=checked, actor=actor):
+        with transaction.atomic(), ledger_batch():
+            if waiting is not None:
+                decision = _locked_waiting(waiting)
+                evaluation = waiting.policy_evaluation
+            else:
+                evaluation = policy_evaluation_record(
+                    evaluated, evaluation_id=new_id("pev"), task_id=task.task_id, agent_id=inputs.agent_id,
+                    root_principal=task.root_principal, actor=actor, created_at=now)
+                decision = decision_by_policy(actor=actor, task=task, agent_id=inputs.agent_id,
+                                              evaluation=evaluation, waits=_waits_for_people(task, evaluation),
+                                              now=now)
+            cited = replace(inputs, decision_ref=decision.decision_id, policy_decision_ref=evaluation.evaluation_id)
+            pending = decision.status == DecisionStatus.DRAFT
+            report = envelope_checks(inputs=cited, new=True, tenants=tenants,
+                                     finalising=decision.decision_id if pending else None)
+            checked.append(report)
+            if report.already_accepted:
+                raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
+            governed = Governed(evaluation_id=evaluation.evaluation_id, decision_id=decision.decision_id,
+                                envelope=None)
+            if not report.passed:
+                # Recorded with the evaluation and the decision; raised once they are committed.
+                refusal = envelope_rejection_record(
+                    inputs=cited, report=report, actor=actor, mode=_ledger_mode(mode),
+                    **({"decision_id": decision.decision_id} if pending else {}))
+            else:
+                if pending:
+                    decision_finalise_locked(decision, actor=actor, root_principal=task.root_principal, now=now)
+                _proceed(governed, inputs=cited, report=report, actor=actor, mode=mode, executor=executor, now=now)
+    if refusal is not None:
+        raise refusal
+    return governed
+
+
+def _locked_waiting(waiting: Decision) -> Decision:
+    """The waiting decision, locked: two calls that found it cannot both finalise it."""
+    decision = Decision.objects.select_for_update().filter(pk=waiting.pk).first()
+    if decision is None or decision.status != DecisionStatus.DRAFT:
+        raise _StaleWaiting
+    return decision
+
+
+def _proceed(governed: Governed, *, inputs: EnvelopeInputs, report: CheckReport, actor: str, mode: str,
+             executor: str, now) -> None:
+    """Every check passed: the envelope validated, or accepted (for a worker, or claimed inline)."""
+    if mode == VALIDATE:
+        governed.envelope = envelope_validated(inputs=inputs, report=report, actor=actor)
+        return
+
+    def take(operation, envelope):
+        # The acceptance is the claim: the checks just passed in this transaction.
+        governed.claim = claim_start(operation=operation, envelope=envelope, report=report, executor=executor,
+                                     now=now, actor=actor)
+
+    accepted = envelope_accepted(inputs=inputs, report=report, actor=actor, claim=take if mode == INLINE else None)
+    governed.envelope, governed.operation = accepted.envelope, accepted.operation
+
