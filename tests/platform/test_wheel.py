@@ -2,6 +2,7 @@
 virtualenv, away from the checkout, each app and the client library import from it."""
 
 import json
+import os
 import shutil
 
 import subprocess
@@ -32,8 +33,11 @@ def test_the_wheel_installs_every_app_and_its_templates(tmp_path):
     [wheel] = (tmp_path / "dist").glob("agp-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # Without the checkout on PYTHONPATH (scripts/test puts it there), where pip would find the
+    # project "already installed" and install nothing.
+    clean = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-                    str(wheel)], check=True, timeout=120, capture_output=True)
+                    str(wheel)], check=True, timeout=120, capture_output=True, env=clean)
     probe = ("import importlib, json, pathlib; "
              f"mods = {{name: importlib.import_module(name) for name in {PACKAGES!r}}}; "
              "print(json.dumps({name: str(pathlib.Path(m.__file__).parent) for name, m in mods.items()}))")
