@@ -138,6 +138,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("AGP_DB_CONNECT_TIMEOUT", 5)
+    # Django's backend, with an error raised by COMMIT told apart: over a network its outcome
+    # is unknown, so it is never answered "nothing was written" (agp_project/db/__init__.py).
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"]["ENGINE"] = "agp_project.db.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = []
