@@ -390,8 +390,14 @@ LOGGING = {
 }
 
 # --- Cache (token-endpoint failure counters, compiled-policy metadata) -----------------
+# "local" is each process's own memory: the token endpoint counts failures there too, so they
+# are still counted while the shared cache (Redis) is away (auth_tokens/views.py).
+_LOCAL_CACHE = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "agp-local"}
 _cache_url = env_str("AGP_CACHE_URL")
 if _cache_url:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}}
+    # A Redis that hangs must not hang the requests that count on it: 1 s to connect or answer.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url,
+                          "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}},
+              "local": _LOCAL_CACHE}
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}, "local": _LOCAL_CACHE}
