@@ -70,7 +70,7 @@ MIDDLEWARE = [
     "agp_project.http.middleware.MetricsMiddleware",
     "agp_project.http.middleware.SecurityHeadersMiddleware",
     "agp_project.http.middleware.BodySizeLimitMiddleware",
-    "agp_project.http.middleware.NulQueryMiddleware",
+    "agp_project.http.middleware.QueryStringMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's CSS and JS from gunicorn itself, so auditors get a working admin
     # with no separate web server in front (docs/decisions/platform.md).
