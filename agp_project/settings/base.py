@@ -265,6 +265,12 @@ AGP_RECOVER_PENDING_AFTER_SECONDS = env_int("AGP_RECOVER_PENDING_AFTER_SECONDS",
 AGP_NOOP_MAX_SLEEP_SECONDS = env_int("AGP_NOOP_MAX_SLEEP_SECONDS", 30, minimum=0)
 AGP_CONNECTOR_TIMEOUT_SECONDS = env_int("AGP_CONNECTOR_TIMEOUT_SECONDS", 10, minimum=1)
 AGP_CONNECTOR_ATTEMPTS = env_int("AGP_CONNECTOR_ATTEMPTS", 3, minimum=1)
+# Registering an mcp skill lists the server's tools while a web thread waits
+# (docs/decisions/mcp-tools.md): the whole exchange gets this many seconds (capped by the
+# connector timeout), and each web process asks at most this many servers at once (past it,
+# 503 with Retry-After), so servers that never answer cannot take the web tier's threads.
+AGP_MCP_REGISTRATION_TIMEOUT_SECONDS = env_int("AGP_MCP_REGISTRATION_TIMEOUT_SECONDS", 3, minimum=1)
+AGP_MCP_REGISTRATIONS_PER_PROCESS = env_int("AGP_MCP_REGISTRATIONS_PER_PROCESS", 2, minimum=1)
 AGP_CONNECTOR_RETRY_BASE_SECONDS = env_int("AGP_CONNECTOR_RETRY_BASE_SECONDS", 1, minimum=0)
 AGP_CALLBACK_TIMEOUT_SECONDS = env_int("AGP_CALLBACK_TIMEOUT_SECONDS", 5, minimum=1)
 AGP_CALLBACK_MAX_ATTEMPTS = env_int("AGP_CALLBACK_MAX_ATTEMPTS", 6, minimum=1)
