@@ -82,7 +82,7 @@ class EngineProcess:
             [sys.executable, str(CHILD), str(memory_bytes), str(ROOT)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT, close_fds=True)
         self._buffer = b""
-        self._errors = b""
+        self._stderr_tail = b""
         self._logged = self._dropped = 0
         try:
             ready = self._read_line(time.monotonic() + START_TIMEOUT_SECONDS)
@@ -142,10 +142,10 @@ class EngineProcess:
     def _read_errors(self, fd: int) -> bool:
         """Read what is waiting on stderr and log its complete lines; False at its end."""
         chunk = os.read(fd, 1 << 16)
-        self._errors += chunk
-        *lines, self._errors = self._errors.split(b"\n")
-        if not chunk and self._errors:
-            lines, self._errors = [*lines, self._errors], b""
+        self._stderr_tail += chunk
+        *lines, self._stderr_tail = self._stderr_tail.split(b"\n")
+        if not chunk and self._stderr_tail:
+            lines, self._stderr_tail = [*lines, self._stderr_tail], b""
         for line in lines:
             self._log_error_line(line)
         return bool(chunk)
