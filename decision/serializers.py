@@ -359,6 +359,18 @@ class ErrorObjectField(serializers.JSONField):
     """A stored C2 error object (``{"code", "message", "retryable", "details"}``), or null."""
 
 
+class BacktestLimitSerializer(serializers.Serializer):
+    limit = serializers.ChoiceField(choices=["AGP_BACKTEST_MAX_SECONDS", "AGP_BACKTEST_MAX_EVALUATIONS"],
+                                    help_text="The setting whose bound was reached.")
+    value = serializers.IntegerField(help_text="Its value: seconds, or evaluations.")
+    message = serializers.CharField()
+
+
+@extend_schema_field(BacktestLimitSerializer(allow_null=True))
+class BacktestLimitField(serializers.JSONField):
+    """The stored ``{"limit", "value", "message"}`` of a run stopped at its bound, or null."""
+
+
 class BacktestSerializer(StrictSerializer):
     """A candidate policy set re-evaluated over recorded evaluations: the request, and the
     summary the run stores (``evaluations`` re-evaluated so far, of ``total`` in the window)."""
@@ -391,6 +403,9 @@ class BacktestSerializer(StrictSerializer):
     by_reason = ReasonCountsField(read_only=True, help_text=(
         "For the newly denied evaluations: how many each of the candidate's reasons accounts for."))
     error = ErrorObjectField(read_only=True, help_text="Why a failed backtest failed.")
+    limit_reached = BacktestLimitField(read_only=True, allow_null=True, help_text=(
+        "Set when the run stopped at its bound of time or evaluations before the window's end: which bound, and "
+        "how much of the window the summary covers. Null when the whole window was re-evaluated."))
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)

@@ -251,13 +251,22 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- Execution worker (CONTRACT C8; execution/runner.py, execution/callbacks.py) -------------
 # One queue for the work, and beside it one for operator controls (a freeze's enforcement,
-# CONTRACT C13), which every worker consumes too: a control never waits behind a backlog of
-# operations (agp_project/celery.py routes it). A separate name lets several deployments
-# (or test sessions) share one broker.
+# CONTRACT C13) and one for background policy work (backtests, shadow evaluations), which
+# every worker consumes too, taking the queues in turns: a control never waits behind a
+# backlog of operations, and an operation never behind a backlog of background work
+# (agp_project/celery.py routes them; docs/operations.md sizes them). A separate name lets
+# several deployments (or test sessions) share one broker.
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGP_CELERY_QUEUE", "celery")
 CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name)
-                      for name in (CELERY_TASK_DEFAULT_QUEUE, f"{CELERY_TASK_DEFAULT_QUEUE}.control")]
-CELERY_TASK_ROUTES = ["agp_project.celery.route_controls"]
+                      for name in (CELERY_TASK_DEFAULT_QUEUE, f"{CELERY_TASK_DEFAULT_QUEUE}.control",
+                                   f"{CELERY_TASK_DEFAULT_QUEUE}.background")]
+CELERY_TASK_ROUTES = ["agp_project.celery.route_by_kind"]
+# Backtests (decision/backtests.py): each runs in slices of about a second, yielding its worker
+# process between them, and stops at whichever bound comes first (reported in its result);
+# each client may have this many unfinished at once (past it, 429).
+AGP_BACKTEST_MAX_SECONDS = env_int("AGP_BACKTEST_MAX_SECONDS", 600, minimum=1)
+AGP_BACKTEST_MAX_EVALUATIONS = env_int("AGP_BACKTEST_MAX_EVALUATIONS", 100_000, minimum=1)
+AGP_BACKTESTS_PER_CLIENT = env_int("AGP_BACKTESTS_PER_CLIENT", 2, minimum=1)
 # A running operation's claim lasts this long unless its worker renews it (every third of
 # it); a worker that dies stops renewing, and the operation is taken over after this.
 AGP_OPERATION_LEASE_SECONDS = env_int("AGP_OPERATION_LEASE_SECONDS", 30, minimum=1)
