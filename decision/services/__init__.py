@@ -10,7 +10,7 @@ from .commerce_sessions import commerce_session_create
 from .contexts import context_create, evidence_bundle_create
 from .decisions import decision_create, decision_status_set
 from .escalations import escalation_create, escalation_status_set
-from .evaluations import policy_evaluation_create, policy_evaluation_input
+from .evaluations import policy_evaluation_create, policy_evaluation_input, policy_evaluation_shadows_record
 from .impact_assessments import impact_assessment_create
 
 __all__ = [
@@ -25,4 +25,5 @@ __all__ = [
     "impact_assessment_create",
     "policy_evaluation_create",
     "policy_evaluation_input",
+    "policy_evaluation_shadows_record",
 ]

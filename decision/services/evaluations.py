@@ -1,6 +1,11 @@
-"""Policy evaluations (CONTRACT C6, C12, C14): the Rego engine's verdict, with its shadows'."""
+"""Policy evaluations (CONTRACT C6, C12, C14): the Rego engine's verdict, with its shadows'.
 
-from collections.abc import Sequence
+An evaluation is answered with its own verdict only. Its set's active shadows are evaluated
+after the commit, on a worker (``agp.evaluate_shadows``, on the background queue): a slow
+shadow costs the live evaluation nothing (docs/decisions/operator-controls.md). Until then
+its ``shadow_results`` name each shadow with ``allow`` and ``matches`` null.
+"""
+
 from datetime import datetime
 from typing import Any
 
@@ -15,13 +20,19 @@ from agp_project.ids import new_id
 from agp_project.timeutil import iso
 from core import engine
 from core.ledger import ledger_append
+from core.outbox import outbox_enqueue
 from registry.choices import PolicySetStatus
 from registry.models import PolicySet, Task
 from registry.selectors import freezes_matching
 from registry.services import refuse_frozen
 
+from ..choices import SHADOW_TASK
 from ..models import PolicyEvaluation
 from .common import failed_check, hash_of, record_created_at, unique_id
+
+# A shadow not evaluated yet: what the API renders until the worker has recorded it.
+PENDING = {"allow": None, "matches": None}
+SHADOW_ACTOR = "agp-worker"
 
 
 def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
@@ -112,13 +123,13 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     created_at = record_created_at(created_at, now)  # may refuse (400): before the block without a savepoint
     outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=rego_input)
     result = outcome.as_result()
-    shadow_results = _shadows_evaluate([s for s in sets if s is not policy_set], input=rego_input,
-                                       allow=outcome.allow)
+    shadow_ids = [candidate.policy_set_id for candidate in sets if candidate is not policy_set]
+    shadow_results = {shadow_id: dict(PENDING) for shadow_id in shadow_ids}
     payload = {"policy_set_id": policy_set.policy_set_id, "task_id": task_id, "agent_id": agent_id,
                "ruleset_hash": policy_set.ruleset_hash, "input_hash": input_hash,
                "action_hash": evaluated_action_hash or None, "result": result, "engine": outcome.engine}
-    if shadow_results:
-        payload["shadow_results"] = shadow_results
+    if shadow_ids:
+        payload["shadows"] = shadow_ids
     # A savepoint only for a client-chosen id, which may collide (409 in a transaction that
     # goes on to store the answer under its Idempotency-Key); a fresh id cannot. Nothing else
     # in the block may refuse: without a savepoint, a refusal would doom that transaction.
@@ -131,19 +142,45 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             shadow_results=shadow_results, evaluated_at=now, created_at=created_at)
         ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
                       resource_id=evaluation_id, actor=actor, payload=payload)
+        if shadow_ids:
+            outbox_enqueue(task_name=SHADOW_TASK, args=[evaluation_id])
     return evaluation
 
 
-def _shadows_evaluate(shadows: Sequence[PolicySet], *, input: dict[str, Any],
-                      allow: bool) -> dict[str, dict[str, bool]]:
-    """Each active shadow's verdict on the same input, and whether it agrees (C14).
+def policy_evaluation_shadows_record(*, evaluation_id: str) -> int:
+    """Evaluate the shadows an evaluation is still waiting for, and record what each decided (C14).
 
-    Through the same engine call, so the evaluation limits hold for each; a shadow that
-    fails to evaluate records ``allow: false``, as any evaluation would. Nothing here can
-    change the evaluation's own result.
+    The body of ``agp.evaluate_shadows``. Each shadow goes through the same engine call as
+    any evaluation, under its limits (``AGP_POLICY_TIMEOUT_MS``, ``AGP_POLICY_MEMORY_MB``):
+    that is a shadow's time budget, spent on a worker, never by the live evaluation. A
+    shadow that fails or is stopped records ``allow: false``, as any evaluation would, and
+    the ledger event ``policy_evaluation.shadowed`` keeps each shadow's reasons (a stop at a
+    limit says so). Idempotent: a shadow already recorded is not evaluated again, so a
+    repeated message records nothing. Returns how many shadows it recorded.
     """
-    results = {}
-    for shadow in shadows:
-        shadow_allow = engine.evaluate(ruleset=shadow.ruleset, ruleset_hash=shadow.ruleset_hash, input=input).allow
-        results[shadow.policy_set_id] = {"allow": shadow_allow, "matches": shadow_allow == allow}
-    return results
+    row = (PolicyEvaluation.objects.filter(evaluation_id=evaluation_id)
+           .values("input", "action", "allowed", "shadow_results").first())
+    if row is None:
+        return 0
+    waiting = [shadow_id for shadow_id, shadow in row["shadow_results"].items() if shadow["allow"] is None]
+    rego_input = policy_evaluation_input(input=row["input"], action=row["action"])
+    outcomes = {shadow.policy_set_id: engine.evaluate(ruleset=shadow.ruleset, ruleset_hash=shadow.ruleset_hash,
+                                                      input=rego_input)
+                for shadow in PolicySet.objects.filter(policy_set_id__in=waiting).order_by("policy_set_id")}
+    if not outcomes:
+        return 0
+    with transaction.atomic():
+        # Locked: two deliveries of the message record each shadow once.
+        evaluation = PolicyEvaluation.objects.select_for_update().get(evaluation_id=evaluation_id)
+        recorded = {}
+        for shadow_id, outcome in outcomes.items():
+            if evaluation.shadow_results.get(shadow_id, {}).get("allow") is not None:
+                continue
+            evaluation.shadow_results[shadow_id] = {"allow": outcome.allow, "matches": outcome.allow == row["allowed"]}
+            recorded[shadow_id] = {**evaluation.shadow_results[shadow_id], "reasons": list(outcome.reasons)}
+        if not recorded:
+            return 0
+        evaluation.save(update_fields=["shadow_results"])
+        ledger_append(event_type="policy_evaluation.shadowed", resource_type="PolicyEvaluation",
+                      resource_id=evaluation_id, actor=SHADOW_ACTOR, payload={"shadow_results": recorded})
+    return len(recorded)
