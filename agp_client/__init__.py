@@ -15,6 +15,7 @@ from .errors import (  # noqa: E402
     DelegationHopLimitError,
     DelegationScopeViolationError,
     ExecutionFailedError,
+    ForbiddenError,
     FrozenError,
     IdempotencyInProgressError,
     IdempotencyKeyMismatchError,
@@ -54,7 +55,7 @@ from .transparency import (  # noqa: E402
 
 __all__ = [
     "AGPClient", "AGPError", "AuthenticationError", "ConflictError", "DelegationHopLimitError",
-    "DelegationScopeViolationError", "ExecutionFailedError", "FrozenError", "IdempotencyInProgressError",
+    "DelegationScopeViolationError", "ExecutionFailedError", "ForbiddenError", "FrozenError", "IdempotencyInProgressError",
     "IdempotencyKeyMismatchError", "ImpactAssessmentRequiredError", "InvalidTransitionError", "MethodNotAllowedError",
     "NotFoundError", "OperationTimeoutError", "PayloadTooLargeError", "PolicyTestFailedError",
     "PrerequisiteFailedError", "RateLimitedError", "ScopeError", "ServerError", "SignatureError", "ToolChangedError",

@@ -15,6 +15,7 @@ from . import __version__, numbers
 from .errors import SignatureError
 from .resources import (
     ActionEnvelopes,
+    Clients,
     Decisions,
     Escalations,
     Freezes,
@@ -76,7 +77,9 @@ class AGPClient:
         self._checkpoint_lock = threading.Lock()
 
         # Registry API
+        self.clients = Clients(self, "clients")
         self.delegations = Resource(self, "delegations")
+
         self.policy_sets = PolicySets(self, "policy-sets")
         self.tasks = Tasks(self, "tasks")
         self.capabilities = Resource(self, "capabilities")

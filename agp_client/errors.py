@@ -77,6 +77,21 @@ class ScopeError(AGPError):
         return list(self.details.get("required_scopes", []))
 
 
+class ForbiddenError(AGPError):
+    """403: the client holds the scope, but who it is may not do this (``field``, ``reason``):
+    name another agent, approve as someone else, act on a record it is not bound to."""
+
+    default_code = "AGP_FORBIDDEN"
+
+    @property
+    def field(self) -> str | None:
+        return self.details.get("field")
+
+    @property
+    def reason(self) -> str | None:
+        return self.details.get("reason")
+
+
 class NotFoundError(AGPError):
     default_code = "AGP_NOT_FOUND"
 
@@ -218,7 +233,8 @@ class SignatureError(AGPError):
 BY_CODE: dict[str, type[AGPError]] = {
     cls.default_code: cls
     for cls in (ValidationError, PayloadTooLargeError, UnsupportedMediaTypeError, AuthenticationError, ScopeError,
-                NotFoundError, MethodNotAllowedError, ConflictError, DelegationScopeViolationError,
+                ForbiddenError, NotFoundError,
+ MethodNotAllowedError, ConflictError, DelegationScopeViolationError,
                 DelegationHopLimitError, InvalidTransitionError, FrozenError, IdempotencyInProgressError,
                 PrerequisiteFailedError, ImpactAssessmentRequiredError, PolicyTestFailedError,
                 IdempotencyKeyMismatchError, RateLimitedError, ServerError, UnavailableError, ExecutionFailedError,

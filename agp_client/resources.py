@@ -19,7 +19,12 @@ def _segment(value: Any) -> str:
     return quote(str(value), safe="")
 
 
+# The largest page the service answers (``limit`` 1-200).
+MAX_PAGE = 200
+
+
 class ReadOnlyResource:
+
     """``get`` and ``list`` of one collection."""
 
     def __init__(self, client: AGPClient, collection: str):
@@ -43,16 +48,23 @@ class ReadOnlyResource:
             params["limit"] = limit
         return self._client.request("GET", self.path, params=params).data
 
-    def list(self, *, page_size: int | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
-        """Every matching resource, newest first, fetching pages as the iteration goes.
+    def list(self, *, limit: int | None = None, page_size: int | None = None,
+             **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every matching resource (at most ``limit`` of them), newest first, fetching pages as the
+        iteration goes.
 
         ``filters`` are the collection's exact-match query parameters (``task_id=...``,
-        ``status=...``); ``page_size`` is the ``limit`` of each page (1-200).
+        ``status=...``); ``page_size`` is the ``limit`` of each page (1-200; by default
+        ``limit`` when it is smaller than the service's largest page).
         """
-        cursor = None
-        while True:
+        if page_size is None and limit is not None and 0 < limit <= MAX_PAGE:
+            page_size = limit
+        cursor, given = None, 0
+        while limit is None or given < limit:
             page = self.page(cursor=cursor, limit=page_size, **filters)
-            yield from page["items"]
+            for item in page["items"][: None if limit is None else limit - given]:
+                given += 1
+                yield item
             cursor = page.get("next_cursor")
             if not cursor:
                 return
@@ -119,7 +131,29 @@ class Freezes(Resource):
         return self._patch(freeze_id, fields, idempotency_key)
 
 
+class Clients(Resource):
+    """``/agp/clients`` (an operator's token, scope ``agp.admin``): create one with ``kind`` and its
+    bindings (``agent_id``, ``subject``, ``tenants``); the answer carries ``client_secret`` once."""
+
+    def disable(self, client_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Its tokens stop working at once."""
+        return self._patch(client_id, {"is_active": False}, idempotency_key)
+
+    def enable(self, client_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Tokens issued before it was disabled stay dead."""
+        return self._patch(client_id, {"is_active": True}, idempotency_key)
+
+    def rotate_secret(self, client_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """A new ``client_secret`` (in the answer, once); tokens issued before stop working."""
+        return self._patch(client_id, {"rotate_secret": True}, idempotency_key)
+
+    def update(self, client_id: str, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
+        """``scopes`` or ``description``; who the client is never changes."""
+        return self._patch(client_id, fields, idempotency_key)
+
+
 class ActionEnvelopes(ReadOnlyResource):
+
     def validate(self, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
         """Validate only (``Prefer: return=representation``): the envelope as it would execute.
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from typing import Any
 
 from .numbers import canonical_json
@@ -72,7 +73,26 @@ def is_delegation_link(record: dict[str, Any]) -> bool:
     return record.get("type") == DELEGATION_LINK_TYPE and "status" in record
 
 
+def jwk_thumbprint(jwk: dict[str, Any]) -> str | None:
+    """The RFC 7638 SHA-256 thumbprint of a public JWK (the service's ``kid``), computed from the
+    key itself; None for a key that is not an Ed25519 or P-256 public key."""
+    members = {"OKP": ("crv", "kty", "x"), "EC": ("crv", "kty", "x", "y")}.get(jwk.get("kty"))
+    if members is None or not all(isinstance(jwk.get(name), str) for name in members):
+        return None
+    required = {name: jwk[name] for name in members}
+    digest = hashlib.sha256(json.dumps(required, separators=(",", ":"), sort_keys=True).encode("utf-8")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def keys_pinned(jwks: dict[str, Any], kids: set[str]) -> dict[str, Any]:
+    """The keys of ``jwks`` whose own thumbprint is one of ``kids`` (and which carry it as their
+    ``kid``): pinning a kid pins the key, since a kid is the key's thumbprint."""
+    return {"keys": [jwk for jwk in jwks.get("keys", []) if isinstance(jwk, dict)
+                     and jwk_thumbprint(jwk) in kids and jwk.get("kid") == jwk_thumbprint(jwk)]}
+
+
 def signature_value_verifies(signature: dict[str, Any], jwks: dict[str, Any]) -> bool:
+
     """Whether ``signature["value"]`` signs ``signature["payload_hash"]`` with the ``jwks`` key named
     by ``signature["kid"]`` (what the hash covers is the caller's to check)."""
     from cryptography.exceptions import InvalidSignature

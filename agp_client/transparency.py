@@ -6,9 +6,11 @@
 - ``verify_evidence``: a whole ``GET /agp/action-envelopes/{id}/evidence`` bundle; raises
   ``VerificationError`` naming the first thing that does not hold.
 
-A bundle carries the JWKS it was signed with, so on its own it proves that it is intact and
-self-consistent. That the key is the service's is for the reader to establish: compare the
-``kid`` reported with the service's ``/.well-known/jwks.json``, or pass a trusted JWKS.
+A bundle carries the JWKS it was signed with, which proves nothing on its own: whoever
+re-signs a bundle puts their key beside the service's. The reader says which keys to trust:
+a JWKS obtained separately (the service's ``/.well-known/jwks.json``), or pinned key ids
+(RFC 7638 thumbprints, checked against the keys themselves).
+
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .merkle import leaf_hash
 from .merkle import verify_consistency as _verify_consistency
 from .merkle import verify_inclusion as _verify_inclusion
 from .numbers import canonical_json
-from .signatures import evidence_signed_records, signature_problem
+from .signatures import evidence_signed_records, keys_pinned, signature_problem
 
 EVIDENCE_TYPE = "ActionEvidence"
 CHECKPOINT_FIELDS = ("tree_size", "root_hash", "issued_at", "signature")
@@ -165,25 +167,36 @@ def _links_problem(bundle: dict[str, Any]) -> str | None:
     return None
 
 
-def verify_evidence(bundle: Any, *, jwks: dict[str, Any] | None = None) -> dict[str, Any]:
+def verify_evidence(bundle: Any, *, jwks: dict[str, Any] | None = None,
+                    kids: set[str] | None = None) -> dict[str, Any]:
     """Check an evidence bundle with no network; a summary, or ``VerificationError`` naming the first failure.
 
     In order: its shape; the checkpoint's signature; every signed record's signature; every
     ledger event's own hashes and its inclusion proof against the checkpoint; that records
     and events are about this one action (the ledger's acceptance event names the bundle's
     envelope, its receipt event the bundle's receipt); last the service's signature over the
-    whole bundle, which covers the unsigned records (task, decision, ...) too. Signatures
-    are checked against ``jwks`` when given (keys obtained and trusted separately), else
-    against the JWKS in the bundle.
+    whole bundle, which covers the unsigned records (task, decision, ...) too.
+
+    Which keys to trust is the caller's to say, never the bundle's: ``jwks`` (keys obtained
+    and trusted separately, such as the service's ``/.well-known/jwks.json``), or ``kids``:
+    the pinned thumbprints of trusted keys, used from the bundle's JWKS only when the key's
+    own thumbprint is one of them. A bundle's JWKS alone proves nothing: whoever re-signs a
+    bundle puts their key in it.
     """
+    if (jwks is None) == (kids is None):
+        raise ValueError("say which keys to trust: jwks= (a trusted JWKS) or kids= (pinned key ids), one of them")
     try:
+        if kids is not None:
+            bundle_keys = bundle.get("jwks") if isinstance(bundle, dict) else None
+            jwks = keys_pinned(bundle_keys if isinstance(bundle_keys, dict) else {}, set(kids))
         return _verify_evidence(bundle, jwks)
+
     except (AttributeError, KeyError, TypeError, IndexError) as exc:
         # A member of the wrong kind somewhere (a string where a record should be ...).
         raise VerificationError(f"the bundle is malformed ({type(exc).__name__}: {exc})") from None
 
 
-def _verify_evidence(bundle: Any, jwks: dict[str, Any] | None) -> dict[str, Any]:
+def _verify_evidence(bundle: Any, jwks: dict[str, Any]) -> dict[str, Any]:
     def fail(message: str) -> VerificationError:
         return VerificationError(message)
 
@@ -193,9 +206,9 @@ def _verify_evidence(bundle: Any, jwks: dict[str, Any] | None) -> dict[str, Any]
                        ("jwks", dict)):
         if not isinstance(bundle.get(name), kind):
             raise fail(f"the bundle has no valid {name!r}")
-    keys = jwks if jwks is not None else bundle["jwks"]
+    keys = jwks
     if not isinstance(keys.get("keys"), list) or not keys["keys"]:
-        raise fail("the JWKS holds no keys")
+        raise fail("no trusted key: the JWKS given holds none, or the bundle holds no key with a pinned kid")
     checkpoint = bundle["checkpoint"]
     problem = checkpoint_problem(checkpoint, keys)
     if problem:

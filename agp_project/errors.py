@@ -58,17 +58,17 @@ class InsufficientScope(AGPError):
         )
 
 
-class NotPermitted(AGPError):
-    """403 for a client that holds the scope but is not the one allowed to act on this record
-    (another client's external operation). The code is C2's one 403 code; no scope helps, so
-    ``required_scopes`` is empty."""
+class Forbidden(AGPError):
+    """403 AGP_FORBIDDEN: the client holds the scope, but who it is may not do this — name
+    another agent, approve as someone else, act on a record it is not bound to
+    (docs/reference/identity.md). ``details.field`` names what it may not say, ``details.reason`` why."""
 
     status_code = 403
-    code = "AGP_INSUFFICIENT_SCOPE"
-    default_message = "This client may not act on this record."
+    code = "AGP_FORBIDDEN"
+    default_message = "This client may not do this."
 
-    def __init__(self, message: str | None = None, *, details: dict[str, Any] | None = None):
-        super().__init__(message, details={"required_scopes": [], **(details or {})})
+    def __init__(self, reason: str, *, field: str | None = None, message: str | None = None):
+        super().__init__(message or f"Forbidden: {reason}.", details={"field": field, "reason": reason})
 
 
 class NotFound(AGPError):

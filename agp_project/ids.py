@@ -19,4 +19,4 @@ def new_id(prefix: str) -> str:
 
 
 def is_valid_id(value: str) -> bool:
-    return bool(ID_PATTERN.match(value))
+    return isinstance(value, str) and bool(ID_PATTERN.fullmatch(value))

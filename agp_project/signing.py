@@ -108,3 +108,11 @@ def verify_resource(resource: dict[str, Any], jwks: dict[str, Any]) -> bool:
             return False
         return True
     return False
+
+
+def authored(record: Any) -> dict[str, Any]:
+    """A document's ``created_by`` (the API client that made the record), when one was
+    recorded: the signatures of records made before authors were recorded cover a document
+    without it, and must still verify."""
+    created_by = getattr(record, "created_by", "")
+    return {"created_by": created_by} if created_by else {}

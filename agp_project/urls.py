@@ -18,8 +18,10 @@ urlpatterns = [
     path("agp/", ApiIndexView.as_view(), name="api-index"),
     path("agp/docs", ApiDocsView.as_view(), name="api-docs"),
     path("agp/", include("registry.urls")),
+
     path("agp/", include("decision.urls")),
     path("agp/", include("execution.urls")),
+    path("agp/", include("auth_tokens.urls")),
     path("admin/audit/", include("auditing.urls")),
     path("admin/", admin.site.urls),
 ]

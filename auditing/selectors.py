@@ -14,6 +14,8 @@ from django.db.models import Count, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from agp_project.exactjson import decimal_text
+from agp_project.tenancy import tenant_condition
 from core.ledger import Verification, ledger_verify
 from core.metrics import newest_checkpoint
 from core.models import LedgerEvent, LedgerHead
@@ -85,11 +87,14 @@ def ledger_integrity() -> LedgerIntegrity:
                            checkpoint_issued_at=datetime.fromtimestamp(issued, tz=UTC) if size else None)
 
 
-def envelopes_per_day(*, today: date, days: int = CHART_DAYS) -> tuple[list[date], dict[str, list[int]]]:
-    """Envelope outcomes per UTC day, from their ledger events (every outcome is one)."""
+def envelopes_per_day(*, today: date, days: int = CHART_DAYS,
+                      tenants: frozenset[str] | None = None) -> tuple[list[date], dict[str, list[int]]]:
+    """Envelope outcomes per UTC day, from their ledger events (every outcome is one), of ``tenants``
+    (None: every tenant)."""
     first = today - timedelta(days=days - 1)
     since = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
-    rows = (LedgerEvent.objects.filter(event_type__in=ENVELOPE_EVENTS, recorded_at__gte=since)
+    rows = (LedgerEvent.objects.filter(tenant_condition(tenants, "root_principal"), event_type__in=ENVELOPE_EVENTS,
+                                       recorded_at__gte=since)
             .annotate(day=TruncDate("recorded_at", tzinfo=UTC)).values("day", "event_type")
             .annotate(count=Count("sequence")).order_by())
     dates = [first + timedelta(days=n) for n in range(days)]
@@ -101,11 +106,12 @@ def envelopes_per_day(*, today: date, days: int = CHART_DAYS) -> tuple[list[date
     return dates, series
 
 
-def refusing_checks(*, now: datetime, days: int = REFUSAL_DAYS) -> tuple[list[tuple[str, str, int]], int]:
+def refusing_checks(*, now: datetime, days: int = REFUSAL_DAYS,
+                    tenants: frozenset[str] | None = None) -> tuple[list[tuple[str, str, int]], int]:
     """How often each check refused an envelope lately: at submission (``envelope.rejected``) and when
     the worker re-checked an accepted one (``operation.failed`` at ``execution_recheck``)."""
     payloads = list(LedgerEvent.objects.filter(
-        Q(event_type="envelope.rejected") | Q(event_type="operation.failed"),
+        Q(event_type="envelope.rejected") | Q(event_type="operation.failed"), tenant_condition(tenants, "root_principal"),
         recorded_at__gte=now - timedelta(days=days),
     ).order_by("-sequence").values_list("event_type", "payload")[:REFUSALS_READ_MAX])
     counts: Counter = Counter()
@@ -119,22 +125,26 @@ def refusing_checks(*, now: datetime, days: int = REFUSAL_DAYS) -> tuple[list[tu
     return [(check, stage, count) for (check, stage), count in counts.most_common()], len(payloads)
 
 
-def active_freezes() -> list[Freeze]:
-    """Active freezes, newest first (50 at most)."""
-    return list(Freeze.objects.filter(status=FreezeStatus.ACTIVE).order_by("-created_at")[:50])
+def active_freezes(*, tenants: frozenset[str] | None = None) -> list[Freeze]:
+    """Active freezes of ``tenants`` (None: every one), newest first (50 at most)."""
+    return list(Freeze.objects.filter(tenant_condition(tenants, "root_principal"), status=FreezeStatus.ACTIVE)
+                .order_by("-created_at")[:50])
 
 
-def dashboard(*, now: datetime | None = None) -> Dashboard:
+def dashboard(*, now: datetime | None = None, tenants: frozenset[str] | None = None) -> Dashboard:
+    """The figures of ``tenants`` (None: every tenant); the ledger's integrity is the whole ledger's."""
     now = now or timezone.now()
-    days, series = envelopes_per_day(today=now.astimezone(UTC).date())
-    refusals, read = refusing_checks(now=now)
-    by_status = dict(Operation.objects.values_list("status").annotate(count=Count("pk")).order_by())
-    open_escalations = Escalation.objects.filter(status=EscalationStatus.OPEN)
+    days, series = envelopes_per_day(today=now.astimezone(UTC).date(), tenants=tenants)
+    refusals, read = refusing_checks(now=now, tenants=tenants)
+    by_status = dict(Operation.objects.filter(tenant_condition(tenants, "envelope__root_principal"))
+                     .values_list("status").annotate(count=Count("pk")).order_by())
+    open_escalations = Escalation.objects.filter(tenant_condition(tenants, "root_principal"),
+                                                 status=EscalationStatus.OPEN)
     return Dashboard(
         integrity=ledger_integrity(), days=days, envelopes_per_day=series, refusals=refusals, refusals_read=read,
         operations_by_status={status: by_status.get(status, 0) for status in OperationStatus.values},
         open_escalations=list(open_escalations.order_by("-created_at")[:10]),
-        open_escalation_count=open_escalations.count(), active_freezes=active_freezes())
+        open_escalation_count=open_escalations.count(), active_freezes=active_freezes(tenants=tenants))
 
 
 # --- An action's timeline ----------------------------------------------------------------------
@@ -148,6 +158,7 @@ class TimelineEntry:
     label: str
     summary: str
     signature: SignatureStatus
+    author: str = ""  # the API client that made the record, where one is recorded
 
 
 @dataclass
@@ -158,14 +169,16 @@ class Timeline:
 
 
 def _entry(at, kind, record, label, summary) -> TimelineEntry:
+    author = (getattr(record, "created_by", "") or getattr(record, "submitted_by", "")
+              or getattr(record, "posted_by", ""))
     return TimelineEntry(at=at, kind=kind, record=record, label=label, summary=summary,
-                         signature=signature_status(record))
+                         signature=signature_status(record), author=author)
 
 
-def action_timeline(*, action_id: str) -> Timeline | None:
-    """Everything that governed and executed one accepted action, in time order."""
+def action_timeline(*, action_id: str, tenants: frozenset[str] | None = None) -> Timeline | None:
+    """Everything that governed and executed one accepted action of ``tenants``, in time order."""
     envelope = (ActionEnvelope.objects.select_related("async_operation__receipt", "payment")
-                .filter(action_id=action_id).first())
+                .filter(tenant_condition(tenants, "root_principal"), action_id=action_id).first())
     if envelope is None:
         return None
     entries = []
@@ -195,7 +208,8 @@ def action_timeline(*, action_id: str) -> Timeline | None:
         for approval in Approval.objects.filter(decision_id=decision.decision_id).order_by("created_at"):
             cited = " (cited by the envelope)" if approval.approval_id == envelope.approval_ref else ""
             entries.append(_entry(approval.created_at, "approval", approval, approval.approval_id,
-                                  f"{approval.verdict} by {approval.approver}{cited}"))
+                                  f"{approval.verdict} by {approval.approver}"
+                                  f"{f' ({approval.approver_kind})' if approval.approver_kind else ''}{cited}"))
     failed = [item["check"] for item in envelope.checks or [] if isinstance(item, dict) and not item.get("passed")]
     entries.append(_entry(envelope.accepted_at, "action envelope", envelope, envelope.action_id,
                           f"{envelope.tool_id}:{envelope.operation} accepted for execution by "
@@ -205,7 +219,7 @@ def action_timeline(*, action_id: str) -> Timeline | None:
     payment = getattr(envelope, "payment", None)
     if payment is not None:
         entries.append(_entry(payment.created_at, "payment", payment, payment.payment_id,
-                              f"{payment.amount} {payment.currency} reserved on session {payment.session_id}; "
+                              f"{decimal_text(payment.amount)} {payment.currency} reserved on session {payment.session_id}; "
                               f"now {payment.status}"))
     receipt = None
     if operation is not None:
@@ -260,10 +274,11 @@ class DelegationTree:
     truncated: bool
 
 
-def delegation_tree(*, delegation_id: str, now: datetime | None = None) -> DelegationTree | None:
+def delegation_tree(*, delegation_id: str, now: datetime | None = None,
+                    tenants: frozenset[str] | None = None) -> DelegationTree | None:
     """The whole tree ``delegation_id`` belongs to, from its root link down (one query over the
-    materialised path), at most ``TREE_MAX_LINKS`` links."""
-    focus = Delegation.objects.filter(delegation_id=delegation_id).first()
+    materialised path), at most ``TREE_MAX_LINKS`` links; a tree is of one tenant, its root principal."""
+    focus = Delegation.objects.filter(tenant_condition(tenants, "root_principal"), delegation_id=delegation_id).first()
     if focus is None:
         return None
     now = now or timezone.now()

@@ -11,7 +11,7 @@ from django.http import Http404
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_safe
 
-from core.admin_base import change_url, changelist_url
+from core.admin_base import change_url, changelist_url, staff_tenants
 from core.models import LedgerEvent
 from decision.models import Escalation
 from execution.models import ActionEnvelope, Operation
@@ -38,7 +38,7 @@ def _render(request, template: str, title: str, **context):
 @require_safe
 def dashboard_view(request):
     _allowed(request, DASHBOARD_PERMISSIONS)
-    figures = selectors.dashboard()
+    figures = selectors.dashboard(tenants=staff_tenants(request))
     days = figures.days
     rows = [{"day": day, **{name: figures.envelopes_per_day[name][i] for name in OUTCOME_COLOURS}}
             for i, day in enumerate(days)]
@@ -54,7 +54,7 @@ def dashboard_view(request):
 @require_safe
 def timeline_view(request, action_id: str):
     _allowed(request, TIMELINE_PERMISSIONS)
-    timeline = selectors.action_timeline(action_id=action_id)
+    timeline = selectors.action_timeline(action_id=action_id, tenants=staff_tenants(request))
     if timeline is None:
         raise Http404("No accepted action with this id.")
     entries = [{"entry": entry, "url": change_url(entry.record) if entry.record is not None else None}
@@ -67,7 +67,7 @@ def timeline_view(request, action_id: str):
 @require_safe
 def delegation_tree_view(request, delegation_id: str):
     _allowed(request, TREE_PERMISSIONS)
-    tree = selectors.delegation_tree(delegation_id=delegation_id)
+    tree = selectors.delegation_tree(delegation_id=delegation_id, tenants=staff_tenants(request))
     if tree is None or tree.root is None:
         raise Http404("No delegation with this id.")
     picture = delegation_tree_svg(root_principal=tree.root_principal, root=tree.root,

@@ -15,7 +15,14 @@ from core.admin_base import AuditorReadOnlyMixin
 
 from .models import Client
 from .scopes import ALL_SCOPES
-from .services import client_create, client_rotate_secret, client_set_active, client_update
+from .services import (
+    client_bindings_problems,
+    client_create,
+    client_rotate_secret,
+    client_scopes_for,
+    client_set_active,
+    client_update,
+)
 
 SECRET_TEMPLATE = "admin/auth_tokens/client/secret_shown.html"
 
@@ -26,11 +33,32 @@ def _admin_actor(request) -> str:
 
 class ClientForm(forms.ModelForm):
     scopes = forms.MultipleChoiceField(choices=[(s, s) for s in ALL_SCOPES], required=False,
-                                       widget=forms.CheckboxSelectMultiple)
+                                       widget=forms.CheckboxSelectMultiple,
+                                       help_text="None ticked on a new client: the kind's default scopes.")
+    tenants = forms.CharField(required=False, help_text="Root principals, separated by spaces (not for operators; "
+                                                        "'*' for an auditor of every tenant).")
 
     class Meta:
         model = Client
-        fields = ["client_id", "description", "scopes"]
+        fields = ["client_id", "kind", "agent_id", "subject", "tenants", "description", "scopes"]
+
+    def clean_tenants(self):
+        value = self.cleaned_data["tenants"]
+        return value.split() if isinstance(value, str) else list(value or [])
+
+    def clean(self):
+        data = super().clean()
+        if self.instance.pk is None and "kind" in data:
+            # Which bindings a kind needs, and which scopes it may hold, is the service's rule.
+            problems = client_bindings_problems(kind=data["kind"], agent_id=data.get("agent_id", ""),
+                                                subject=data.get("subject", ""), tenants=data.get("tenants", []))
+            try:
+                client_scopes_for(data["kind"], data.get("scopes") or None)
+            except errors.AGPError as exc:
+                problems |= exc.details.get("fields", {})
+            for field, messages_ in problems.items():
+                self.add_error(field if field in self.fields else None, messages_)
+        return data
 
     def clean_client_id(self):
         client_id = self.cleaned_data["client_id"]
@@ -50,20 +78,23 @@ def _secret_page(request, admin_site, *, client_id: str, secret: str, title: str
 @admin.register(Client)
 class ClientAdmin(AuditorReadOnlyMixin, admin.ModelAdmin):
     form = ClientForm
-    list_display = ["client_id", "is_active", "scope_list", "description", "created_at"]
-    list_filter = ["is_active"]
-    search_fields = ["client_id", "description"]
+    list_display = ["client_id", "kind", "bound_to", "is_active", "scope_list", "description", "created_at"]
+    list_filter = ["kind", "is_active"]
+    search_fields = ["client_id", "agent_id", "subject", "description"]
     actions = ["disable_clients", "enable_clients", "rotate_secret"]
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return []
-        return ["client_id", "is_active", "tokens_not_before", "created_at", "updated_at"]
+        # Who a client is never changes: a token's kind and bindings must stay its client's.
+        return ["client_id", "kind", "agent_id", "subject", "tenant_list", "is_active", "tokens_not_before",
+                "created_at", "updated_at"]
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ["client_id", "description", "scopes"]
-        return ["client_id", "is_active", "description", "scopes", "tokens_not_before", "created_at", "updated_at"]
+            return ["client_id", "kind", "agent_id", "subject", "tenants", "description", "scopes"]
+        return ["client_id", "kind", "agent_id", "subject", "tenant_list", "is_active", "description", "scopes",
+                "tokens_not_before", "created_at", "updated_at"]
 
     def has_delete_permission(self, request, obj=None):
         return False
@@ -72,13 +103,22 @@ class ClientAdmin(AuditorReadOnlyMixin, admin.ModelAdmin):
     def scope_list(self, obj):
         return " ".join(obj.scopes) or "(none)"
 
+    @admin.display(description="tenants")
+    def tenant_list(self, obj):
+        return " ".join(obj.tenants) or "(every tenant)"
+
+    @admin.display(description="bound to")
+    def bound_to(self, obj):
+        return " ".join(filter(None, [obj.agent_id or obj.subject, *obj.tenants])) or "-"
+
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
         if change:
             client_update(client_id=obj.client_id, scopes=data["scopes"], description=data["description"],
                           actor=_admin_actor(request))
             return
-        client, secret = client_create(client_id=data["client_id"], scopes=data["scopes"],
+        client, secret = client_create(client_id=data["client_id"], kind=data["kind"], scopes=data["scopes"] or None,
+                                       agent_id=data["agent_id"], subject=data["subject"], tenants=data["tenants"],
                                        description=data["description"], actor=_admin_actor(request))
         obj.pk = client.pk
         request._agp_new_secret = secret

@@ -3,9 +3,15 @@ from django.db import models
 
 from core.fields import ExactJSONField
 
+from .kinds import ClientKind
+
 
 class Client(models.Model):
-    """An API client of the client-credentials grant (CONTRACT C3).
+    """An API client of the client-credentials grant, and who it is (docs/reference/identity.md).
+
+    ``kind`` and its bindings (``agent_id`` for an agent, ``subject`` for a person,
+    ``tenants`` for every kind but an operator) are fixed when the client is created: a
+    request's identity is read from them, never from its body.
 
     The secret is kept only as a password hash. ``tokens_not_before`` is moved forward when
     the secret is rotated or the client is disabled: tokens issued before it stop working,
@@ -18,6 +24,11 @@ class Client(models.Model):
     client_id = models.CharField(max_length=128, unique=True)
     secret_hash = models.CharField(max_length=256)
     scopes = ExactJSONField(default=list)
+    kind = models.CharField(max_length=16, choices=ClientKind.choices)
+    agent_id = models.CharField(max_length=128, blank=True, default="")
+    subject = models.CharField(max_length=256, blank=True, default="")
+    # Root principals; empty for an operator, ["*"] for an auditor of every tenant.
+    tenants = ExactJSONField(default=list, blank=True)
     is_active = models.BooleanField(default=True)
     description = models.CharField(max_length=256, blank=True, default="")
     tokens_not_before = models.DateTimeField(null=True, blank=True)

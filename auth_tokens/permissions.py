@@ -13,15 +13,21 @@ from rest_framework.permissions import BasePermission
 
 from agp_project import errors
 
+from .scopes import ADMIN_SCOPE
 from .services import auth_enabled
 
 READ_METHODS = ("GET", "HEAD", "OPTIONS")
 GROUPS = ("registry", "decision", "execution")
+# Managing API clients: every method needs agp.admin.
+ADMIN_GROUP = "admin"
+
 
 
 def required_scopes(view, method: str) -> list[str]:
     """The scopes of which a token needs one for ``method`` on ``view``."""
     group = getattr(view, "scope_group", "")
+    if group == ADMIN_GROUP:
+        return [ADMIN_SCOPE]
     if method in READ_METHODS:
         declared = getattr(view, "read_scopes", None)
         if declared:

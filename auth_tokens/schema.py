@@ -19,7 +19,8 @@ SCOPE_DESCRIPTIONS = {
     "agp.execution.write": "POST action envelopes, receipts, ledger events",
     "agp.approval.write": "POST approvals",
     "agp.policy.write": "POST policy evaluations",
-    "agp.revocation.write": "POST revocations",
+    "agp.revocation.write": "POST revocations, POST and PATCH freezes",
+    "agp.admin": "GET, POST and PATCH API clients (operators only)",
 }
 
 
@@ -31,7 +32,9 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
         return {
             "type": "oauth2",
             "description": "Bearer tokens (HS256 JWTs) from the client-credentials grant. Required only when the "
-                           "server sets AGP_AUTH_SECRET. A token needs any one of an operation's listed scopes.",
+                           "server sets AGP_AUTH_SECRET. A token needs any one of an operation's listed scopes; "
+                           "who it may act for (its client's kind, agent, subject and tenants) is its client's.",
+
             "flows": {"clientCredentials": {"tokenUrl": "/oauth/token", "scopes": SCOPE_DESCRIPTIONS}},
         }
 

@@ -1,4 +1,4 @@
-"""The scopes of the spec's scope table (CONTRACT C3)."""
+"""The scopes of the API (docs/reference/identity.md)."""
 
 ALL_SCOPES = (
     "agp.registry.read",
@@ -10,7 +10,12 @@ ALL_SCOPES = (
     "agp.approval.write",
     "agp.policy.write",
     "agp.revocation.write",
+    "agp.admin",
 )
+
+# Managing API clients (``/agp/clients``); only operators hold it.
+ADMIN_SCOPE = "agp.admin"
+READ_SCOPES = tuple(scope for scope in ALL_SCOPES if scope.endswith(".read"))
 
 OPERATION_SCOPES = (
     "agp.execution.read",

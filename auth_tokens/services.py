@@ -1,9 +1,10 @@
-"""API clients, token minting and token checking (CONTRACT C3).
+"""API clients, token minting and token checking (docs/reference/identity.md).
 
 Tokens are HS256 JWTs signed with ``AGP_AUTH_SECRET`` and minted and checked with
 djangorestframework-simplejwt. No Django user row stands behind a client: a request's
-principal is built from the token's claims, and one indexed read of the client row makes a
-disabled client or a rotated secret take effect at once.
+principal is built from its client's row, read on every request (one indexed read), so a
+disabled client or a rotated secret takes effect at once, and the kind and bindings the
+token claims must still be the row's.
 
 Client lifecycle changes are recorded in the ledger (``api_client.*`` events, resource
 type ``ApiClient``); secrets never appear in it.
@@ -26,6 +27,7 @@ from agp_project import errors
 from agp_project.ids import is_valid_id
 from core.ledger import ledger_append
 
+from .kinds import DEFAULT_SCOPES, EVERY_TENANT, SCOPE_CEILINGS, ClientKind
 from .models import Client
 from .scopes import ALL_SCOPES
 
@@ -53,16 +55,49 @@ class ClientAccessToken(AccessToken):
         return token_backend()
 
 
+# The kind of the principal of every request while authentication is off: the service is
+# open, and the rules that rest on identity (docs/reference/identity.md) do not apply.
+OPEN_KIND = "open"
+
+
 @dataclass(frozen=True)
 class ClientPrincipal:
-    """The stateless principal of a request: the client id and the scopes it may use."""
+    """Who is calling: the client, the scopes it may use, its kind and bindings.
+
+    ``tenants`` is None for a principal that sees every tenant (an operator, an auditor of
+    every tenant, anyone while the service is open), else the root principals it is bound to.
+    """
 
     client_id: str
     scopes: frozenset[str]
+    kind: str = ClientKind.OPERATOR
+    agent_id: str = ""
+    subject: str = ""
+    tenants: frozenset[str] | None = None
     is_authenticated: bool = True
 
+    @property
+    def is_agent(self) -> bool:
+        return self.kind == ClientKind.AGENT
 
-ANONYMOUS = ClientPrincipal(client_id="anonymous", scopes=frozenset(ALL_SCOPES))
+    @property
+    def is_operator(self) -> bool:
+        """An operator, or anyone while the service is open."""
+        return self.kind in (ClientKind.OPERATOR, OPEN_KIND)
+
+    def sees_tenant(self, root_principal: str | None) -> bool:
+        """Whether records of ``root_principal`` (None: of no tenant) are this principal's to see."""
+        return self.tenants is None or root_principal in self.tenants
+
+
+ANONYMOUS = ClientPrincipal(client_id="anonymous", scopes=frozenset(ALL_SCOPES), kind=OPEN_KIND)
+
+
+def principal_tenants(kind: str, tenants: list[str]) -> frozenset[str] | None:
+    """The tenants a client of ``kind`` bound to ``tenants`` sees (None: every one)."""
+    if kind == ClientKind.OPERATOR or EVERY_TENANT in tenants:
+        return None
+    return frozenset(tenants)
 
 
 def scopes_normalise(scopes: list[str] | tuple[str, ...]) -> list[str]:
@@ -90,14 +125,74 @@ def _refuse_bootstrap(client_id: str, what: str) -> None:
             "change the environment instead.")
 
 
+SUBJECT_MAX = 256
+NAME_MAX = 128  # agent ids and root principals: the registry's columns
+
+
+def _is_name(value: str, limit: int = NAME_MAX) -> bool:
+    """An agent id, root principal or subject: free text (DIDs, URIs, e-mail addresses), printable,
+    without surrounding spaces."""
+    return 0 < len(value) <= limit and value.isprintable() and value == value.strip()
+
+
+def client_bindings_problems(*, kind: str, agent_id: str, subject: str, tenants: list[str]) -> dict[str, list[str]]:
+    """What is wrong with a client's bindings for its kind, by field."""
+    problems: dict[str, list[str]] = {}
+    needs = {ClientKind.AGENT: ("agent_id",), ClientKind.HUMAN: ("subject",)}.get(kind, ())
+    for field, value in (("agent_id", agent_id), ("subject", subject)):
+        if field in needs and not value:
+            problems[field] = [f"Required for a client of kind {kind!r}."]
+        elif field not in needs and value:
+            problems[field] = [f"Only for a client of kind {'agent' if field == 'agent_id' else 'human'}."]
+    if agent_id and "agent_id" in needs and not _is_name(agent_id):
+        problems["agent_id"] = [f"Must be 1-{NAME_MAX} printable characters, without surrounding spaces."]
+    if subject and not _is_name(subject, SUBJECT_MAX):
+        problems["subject"] = [f"Must be 1-{SUBJECT_MAX} printable characters, without surrounding spaces."]
+    bad_tenants = [t for t in tenants if not isinstance(t, str) or not _is_name(t)
+                   or (t == EVERY_TENANT and kind != ClientKind.AUDITOR)]
+
+    if kind == ClientKind.OPERATOR and tenants:
+        problems["tenants"] = ["An operator acts in every tenant: leave it out."]
+    elif kind != ClientKind.OPERATOR and not tenants:
+        problems["tenants"] = [f"A client of kind {kind!r} needs at least one tenant (root principal)."]
+    elif kind == ClientKind.AGENT and len(tenants) != 1:
+        problems["tenants"] = ["An agent acts for exactly one tenant."]
+    elif bad_tenants:
+        problems["tenants"] = [f"{t!r} is not a root principal (1-{NAME_MAX} printable characters"
+                               f"{'; * is for auditors of every tenant' if t == EVERY_TENANT else ''})."
+                               for t in bad_tenants]
+
+    elif len(set(tenants)) != len(tenants):
+        problems["tenants"] = ["Each tenant once."]
+    return problems
+
+
+def client_scopes_for(kind: str, scopes: list[str] | None) -> list[str]:
+    """The scopes a client of ``kind`` gets: its kind's defaults, or ``scopes`` within its ceiling (else 400)."""
+    if scopes is None:
+        return list(DEFAULT_SCOPES[kind])
+    normalised = scopes_normalise(scopes)
+    beyond = [scope for scope in normalised if scope not in SCOPE_CEILINGS[kind]]
+    if beyond:
+        raise errors.invalid_fields({"scopes": [f"A client of kind {kind!r} may not hold {scope!r}." for scope in beyond]})
+    return normalised
+
+
 @transaction.atomic
-def client_create(*, client_id: str, scopes: list[str], actor: str, description: str = "",
+def client_create(*, client_id: str, kind: str, actor: str, scopes: list[str] | None = None, agent_id: str = "",
+                  subject: str = "", tenants: list[str] = (), description: str = "",
                   secret: str | None = None) -> tuple[Client, str]:
-    """Create a client; returns it with its secret, which is shown only this once."""
-    if not is_valid_id(client_id):
-        raise errors.invalid_fields({"client_id": ["Must be 1-128 characters of [A-Za-z0-9._:-]."]})
+    """Create a client of ``kind`` with its bindings; returns it with its secret, which is shown only this once."""
+    problems = {} if is_valid_id(client_id) else {"client_id": ["Must be 1-128 characters of [A-Za-z0-9._:-]."]}
+    if kind not in ClientKind.values:
+        problems["kind"] = [f"Must be one of {', '.join(ClientKind.values)}."]
+    else:
+        problems |= client_bindings_problems(kind=kind, agent_id=agent_id, subject=subject, tenants=list(tenants))
+    if problems:
+        raise errors.invalid_fields(problems)
     secret = secret or secrets.token_urlsafe(32)
-    client = Client(client_id=client_id, scopes=scopes_normalise(scopes), description=description)
+    client = Client(client_id=client_id, kind=kind, agent_id=agent_id, subject=subject, tenants=list(tenants),
+                    scopes=client_scopes_for(kind, scopes), description=description)
     client.set_secret(secret)
     try:
         with transaction.atomic():
@@ -105,7 +200,9 @@ def client_create(*, client_id: str, scopes: list[str], actor: str, description:
     except IntegrityError:
         raise errors.Conflict(f"An API client {client_id!r} exists.") from None
     ledger_append(event_type="api_client.created", resource_type=RESOURCE_TYPE, resource_id=client_id,
-                  actor=actor, payload={"scopes": client.scopes, "description": description})
+                  actor=actor, payload={"kind": kind, "agent_id": agent_id, "subject": subject,
+                                        "tenants": client.tenants, "scopes": client.scopes,
+                                        "description": description})
     return client, secret
 
 
@@ -152,7 +249,7 @@ def client_update(*, client_id: str, actor: str, scopes: list[str] | None = None
     client = _client_get(client_id, for_update=True)
     payload = {}
     if scopes is not None:
-        normalised = scopes_normalise(scopes)
+        normalised = client_scopes_for(client.kind, scopes)
         if normalised != client.scopes:
             _refuse_bootstrap(client_id, "scopes")
             client.scopes = payload["scopes"] = normalised
@@ -183,7 +280,8 @@ def bootstrap_client_ensure() -> Client | None:
         return None
     marker = (client_id, hashlib.sha256(secret.encode()).hexdigest())
     client = Client.objects.filter(client_id=client_id).first()
-    if client is not None and client.scopes == list(ALL_SCOPES) and _bootstrap_seen.get(marker) == client.secret_hash:
+    if (client is not None and client.scopes == list(ALL_SCOPES) and client.kind == ClientKind.OPERATOR
+            and _bootstrap_seen.get(marker) == client.secret_hash):
         return client
     try:
         client = _bootstrap_sync(client_id, secret)
@@ -198,7 +296,8 @@ def bootstrap_client_ensure() -> Client | None:
 def _bootstrap_sync(client_id: str, secret: str) -> Client:
     client = Client.objects.select_for_update().filter(client_id=client_id).first()
     if client is None:
-        client = Client(client_id=client_id, scopes=list(ALL_SCOPES), description="bootstrap client")
+        client = Client(client_id=client_id, kind=ClientKind.OPERATOR, scopes=list(ALL_SCOPES),
+                        description="bootstrap client")
         client.set_secret(secret)
         with transaction.atomic():
             client.save()
@@ -213,8 +312,13 @@ def _bootstrap_sync(client_id: str, secret: str) -> Client:
         changed["secret_rotated"] = True
     if client.scopes != list(ALL_SCOPES):
         client.scopes = changed["scopes"] = list(ALL_SCOPES)
+    if client.kind != ClientKind.OPERATOR:
+        # The bootstrap client is the operator of last resort, whatever its row was made as.
+        client.kind = changed["kind"] = ClientKind.OPERATOR
+        client.agent_id, client.subject, client.tenants = "", "", []
     if changed:
-        client.save(update_fields=["secret_hash", "scopes", "tokens_not_before", "token_generation", "updated_at"])
+        client.save(update_fields=["secret_hash", "scopes", "kind", "agent_id", "subject", "tenants",
+                                   "tokens_not_before", "token_generation", "updated_at"])
         ledger_append(event_type="api_client.updated", resource_type=RESOURCE_TYPE, resource_id=client_id,
                       actor=BOOTSTRAP_ACTOR, payload=changed)
     return client
@@ -240,6 +344,10 @@ def client_authenticate(*, client_id: str, secret: str) -> Client | None:
     return client if client.check_secret(secret) else None
 
 
+# The claims that carry who the client is; each must still be the client row's (docs/reference/identity.md).
+IDENTITY_CLAIMS = ("kind", "agent_id", "subject", "tenants")
+
+
 def token_issue(*, client: Client, scopes: list[str]) -> dict:
     """The RFC 6749 5.1 token response for ``client``, granting ``scopes``."""
     token = ClientAccessToken()
@@ -248,38 +356,47 @@ def token_issue(*, client: Client, scopes: list[str]) -> dict:
     token["iss"] = settings.AGP_TOKEN_ISSUER
     token["scope"] = " ".join(scopes)
     token["gen"] = client.token_generation
+    for claim in IDENTITY_CLAIMS:
+        token[claim] = getattr(client, claim)
     return {"access_token": str(token), "token_type": "bearer",
             "expires_in": settings.AGP_TOKEN_TTL_SECONDS, "scope": " ".join(scopes)}
+
+
+_ROW_FIELDS = ("is_active", "scopes", "token_generation", *IDENTITY_CLAIMS)
 
 
 def principal_from_token(raw: str) -> ClientPrincipal:
     """Validate a bearer token; the principal keeps the scopes both granted and still held.
 
     The client's row is read on every request, so a disabled client or a rotated secret
-    takes effect at once.
+    takes effect at once; a token whose kind or bindings are no longer the row's is refused.
     """
-    client_id, scope, generation = _token_claims(raw)
-    row = Client.objects.filter(client_id=client_id).values_list("is_active", "scopes", "token_generation").first()
-    if row is None or not row[0]:
+    token = _token_claims(raw)
+    row = Client.objects.filter(client_id=token["sub"]).values(*_ROW_FIELDS).first()
+    if row is None or not row["is_active"]:
         raise errors.Unauthenticated("The token's client is unknown or disabled.")
     # Exact, unlike comparing the whole-second iat with the rotation instant: any token
     # minted before the rotation or disabling carries an older generation.
-    _, scopes, token_generation = row
-    if generation != token_generation:
+    if token["gen"] != row["token_generation"]:
         raise errors.Unauthenticated("The token was issued before the client's secret was rotated or "
                                      "the client was disabled.")
-    return ClientPrincipal(client_id=client_id, scopes=frozenset(set(scope.split()) & set(scopes or [])))
+    if any(token.get(claim) != row[claim] for claim in IDENTITY_CLAIMS):
+        raise errors.Unauthenticated("The token's kind or bindings are no longer its client's: request a new token.")
+    return ClientPrincipal(client_id=token["sub"], scopes=frozenset(set(token["scope"].split()) & set(row["scopes"] or [])),
+                           kind=row["kind"], agent_id=row["agent_id"], subject=row["subject"],
+                           tenants=principal_tenants(row["kind"], row["tenants"]))
 
 
-def _token_claims(raw: str) -> tuple[str, str, int]:
-    """``(client_id, scope, generation)`` of a token whose signature, algorithm, issuer,
-    expiry and type hold; Unauthenticated for any failure."""
+def _token_claims(raw: str) -> dict:
+    """The claims of a token whose signature, algorithm, issuer, expiry and type hold, with
+    ``sub``, ``scope`` and ``gen`` of the right types; Unauthenticated for any failure."""
     try:
         token = ClientAccessToken(raw)
     except Exception as exc:  # simplejwt raises TokenError subclasses; garbage may raise others
         raise errors.Unauthenticated(f"Invalid token: {exc}") from None
-    client_id, scope, generation = token.get("sub"), token.get("scope", ""), token.get("gen")
+    claims = dict(token.payload)
+    client_id, scope, generation = claims.get("sub"), claims.setdefault("scope", ""), claims.get("gen")
     if not isinstance(client_id, str) or not client_id or not isinstance(scope, str) \
             or not isinstance(generation, int) or isinstance(generation, bool):
         raise errors.Unauthenticated("Invalid token: malformed claims.")
-    return client_id, scope, generation
+    return claims

@@ -24,9 +24,26 @@ from django.conf import settings
 from django.core.cache import cache, caches
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+from rest_framework import status
+from rest_framework.response import Response
 
+from agp_project.http.schema import documented
+from agp_project.http.viewsets import NO_TENANT, AGPViewSet, CreateMixin
+from agp_project.ids import new_id
+
+from . import api_docs
+from .models import Client
 from .scopes import parse_scopes
-from .services import auth_enabled, client_authenticate, token_issue
+from .serializers import ApiClientChangeSerializer, ApiClientSerializer
+from .services import (
+    auth_enabled,
+    client_authenticate,
+    client_create,
+    client_rotate_secret,
+    client_set_active,
+    client_update,
+    token_issue,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -170,3 +187,44 @@ def token(request):
     response = JsonResponse(token_issue(client=client, scopes=scopes))
     _no_store(response)
     return response
+
+
+@documented(ApiClientSerializer, api_docs.CLIENTS, patch=ApiClientChangeSerializer, create={
+    400: "AGP_INVALID_REQUEST: a binding the kind needs is missing, one it does not take is given, or a scope is "
+         "beyond the kind's ceiling (`details.fields`)."})
+class ApiClientViewSet(CreateMixin, AGPViewSet):
+    """API clients and who they are: operators' business only (``agp.admin``)."""
+
+    queryset = Client.objects.all()
+    serializer_class = ApiClientSerializer
+    collection = "clients"
+    lookup_field = "client_id"
+    scope_group = "admin"
+    tenant_field = NO_TENANT  # only operators hold agp.admin, and they see every tenant
+    filter_fields = {"kind": "kind", "agent_id": "agent_id", "subject": "subject"}
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def create(self, request, *args, **kwargs):
+        validated = self.parse()
+        client, secret = client_create(actor=self.actor, client_id=validated.pop("client_id", None) or new_id("cli"),
+                                       **validated)
+        body = {**self.render(client), "client_secret": secret}
+        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": self.resource_url(client),
+                                                                      "Cache-Control": "no-store"})
+
+    def partial_update(self, request, client_id=None):
+        validated = self.parse(serializer_class=ApiClientChangeSerializer)
+        client = self.get_object()
+        secret = None
+        if "scopes" in validated or "description" in validated:
+            client = client_update(client_id=client_id, actor=self.actor, scopes=validated.get("scopes"),
+                                   description=validated.get("description"))
+        if "is_active" in validated:
+            client = client_set_active(client_id=client_id, active=validated["is_active"], actor=self.actor)
+        if validated.get("rotate_secret"):
+            secret = client_rotate_secret(client_id=client_id, actor=self.actor)
+            client.refresh_from_db()
+        body = self.render(client)
+        response = Response(body if secret is None else {**body, "client_secret": secret})
+        response["Cache-Control"] = "no-store"
+        return response

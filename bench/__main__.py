@@ -36,6 +36,7 @@ from pathlib import Path
 
 from bench import floor_app
 from bench.load import percentiles
+from bench.seed import AGENT_CLIENT, AGENT_SECRET
 from bench.report import table
 from bench.stack import (
     PYTHON,
@@ -55,6 +56,8 @@ from bench.stack import (
 )
 
 SECRET = "bench-auth-secret-0123456789abcdef0123456789abcdef"
+# Scenarios driven with the seeded agent's own client (the others with the bootstrap operator).
+AS_AGENT = ("a", "b", "c")
 
 
 def http_floor(env: dict, args, var_dir: Path) -> dict:
@@ -217,10 +220,13 @@ def main() -> None:
     ensure_port_free(args.port)  # again: seeding took a while
     stack = Stack(env, args.port, args.web_workers, args.web_threads, var_dir, args.worker_concurrency)
     try:
-        token = stack.token()
+        operator = stack.token()
+        # What an agent platform sends: its agent client's token, bound to the agent and its tenant.
+        agent = stack.token(AGENT_CLIENT, AGENT_SECRET)
 
         def scenario(name: str, expect: tuple[int, ...], *, mode="closed", rate=None, requests=None,
                      duration=None, concurrency=None, warmup=200, latencies=False, keys=True) -> dict:
+            token = agent if name in AS_AGENT else operator
             return drive(env, stack.base, token, seed, name, expect, mode=mode, rate=rate,
                          concurrency=concurrency or args.concurrency, requests=requests or args.requests,
                          duration=duration or args.duration, warmup=warmup, latencies=latencies, keys=keys)

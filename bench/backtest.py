@@ -113,7 +113,7 @@ def seed(n: int) -> dict:
     candidate = policy_set_create(actor="bench", name="candidate", version="2", ruleset=CANDIDATE)
     columns = ("evaluation_id", "policy_set_id", "task_id", "agent_id", "input", "input_hash", "action", "action_hash",
                "ruleset_hash", "result", "allowed", "require_approval", "warnings", "shadow_results", "evaluated_at",
-               "created_at")
+               "created_at", "created_by")
     first = datetime.now(UTC) - timedelta(days=1)
     with transaction.atomic(), connection.connection.cursor() as cursor, cursor.copy(
             f"COPY {PolicyEvaluation._meta.db_table} ({', '.join(columns)}) FROM STDIN") as copy:
@@ -126,7 +126,7 @@ def seed(n: int) -> dict:
                             canonical_json(policy_input).decode(), content_hash(policy_input),
                             canonical_json(action).decode(), content_hash(action), baseline.ruleset_hash,
                             json.dumps(outcome.as_result()), outcome.allow, outcome.require_approval, "[]", "{}",
-                            at, at))
+                            at, at, "bench"))
     return {"evaluations": n, "baseline": baseline.policy_set_id, "candidate": candidate.policy_set_id,
             "seconds": round(time.perf_counter() - started, 1)}
 

@@ -99,7 +99,7 @@ def _path(args):
     from tests.execution.factories import make_world
 
     world = make_world(action_class=args.action_class, risk_level=args.risk)
-    client_create(client_id="profile", scopes=list(ALL_SCOPES), actor="profile")
+    client_create(client_id="profile", kind="operator", scopes=list(ALL_SCOPES), actor="profile")
     client = Client.objects.get(client_id="profile")
     token = token_issue(client=client, scopes=list(client.scopes))["access_token"]
     http = TestClient(HTTP_AUTHORIZATION=f"Bearer {token}")

@@ -24,6 +24,9 @@ import time
 from datetime import timedelta
 
 
+AGENT_CLIENT, AGENT_SECRET = "bench-agent", "bench-agent-secret"
+
+
 def main() -> None:
     import django
 
@@ -31,6 +34,7 @@ def main() -> None:
     from django.utils import timezone
 
     from bench.policy_eval import SAMPLE_INPUT, SAMPLE_POLICY
+    from auth_tokens.services import client_create
     from decision.services import approval_create, decision_create, decision_status_set, policy_evaluation_create
     from registry.services import capability_create, delegation_create, policy_set_create, skill_create, task_create
 
@@ -92,8 +96,14 @@ def main() -> None:
     decision = decision_create(actor=actor, task_id=task.task_id, agent_id=main_agent, outcome="approve",
                                rationale="within policy", policy_evaluation_ref=evaluation.evaluation_id)
     decision_status_set(actor=actor, decision_id=decision.decision_id, status="finalised")
-    approval_create(actor=actor, decision_ref=decision.decision_id, approver="human:reviewer", verdict="approved",
-                    expires_at=expires, conditions=["log every call"])
+    # The clients real callers use (docs/reference/identity.md): the agent's own, whose token
+    # (a), (b) and (c) send, so the tenant scoping is measured; and a person's, who approved.
+    client_create(client_id=AGENT_CLIENT, secret=AGENT_SECRET, kind="agent", agent_id=main_agent, tenants=[root],
+                  actor=actor)
+    reviewer, _ = client_create(client_id="bench-reviewer", kind="human", subject="reviewer@bench.example",
+                                tenants=[root], actor=actor)
+    approval_create(actor=reviewer.client_id, decision_ref=decision.decision_id, approver=reviewer.subject,
+                    approver_kind="human", verdict="approved", expires_at=expires, conditions=["log every call"])
 
     json.dump({
         "root_principal": root, "chain_agents": chain_agents, "delegations": delegations,

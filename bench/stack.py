@@ -183,9 +183,10 @@ class Stack:
                          "peak": max((f[1] for f in figures), default=0.0)}
         return out
 
-    def token(self) -> str:
-        data = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": "bench",
-                                       "client_secret": "bench-secret"}).encode()
+    def token(self, client_id: str = "bench", secret: str = "bench-secret") -> str:
+        """A token of the bootstrap operator, or of the client named."""
+        data = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": client_id,
+                                       "client_secret": secret}).encode()
         with urllib.request.urlopen(self.base + "/oauth/token", data=data, timeout=10) as response:
             return json.load(response)["access_token"]
 

@@ -14,7 +14,10 @@ from django.utils.html import format_html
 
 from agp_project.timeutil import iso
 
+from agp_project.tenancy import NO_TENANT
+
 from .admin_base import (
+    AGPModelAdmin,
     AuditorReadOnlyMixin,
     ReadOnlyModelAdmin,
     admin_link,
@@ -25,7 +28,7 @@ from .admin_base import (
     short_hash,
 )
 from .ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_verify, payload_text_hash
-from .models import Checkpoint, IdempotencyRecord, LedgerEvent, LedgerHead, MerkleTile, MerkleTreeLock
+from .models import Checkpoint, IdempotencyRecord, LedgerEvent, LedgerHead, MerkleTile, MerkleTreeLock, StaffTenancy
 from .selectors import checkpoint_newest, tree_verify
 
 # Ledger ``resource_type`` -> (model, its public id field): where an event's resource lives.
@@ -74,6 +77,7 @@ def _trail_link(name: str, value: str | None) -> str:
 @admin.register(LedgerEvent)
 class LedgerEventAdmin(ReadOnlyModelAdmin):
     """The hash chain, newest first; immutable for everyone. "Verify ledger" walks the whole chain."""
+    tenant_field = "root_principal"
 
     list_display = ("sequence", "event_type", "resource_type", "resource", "actor", "recorded_at",
                     "prev_hash_short", "hash_short")
@@ -227,6 +231,7 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
 @admin.register(LedgerHead)
 class LedgerHeadAdmin(ReadOnlyModelAdmin):
     """The row every append locks: the chain's last sequence and hash."""
+    tenant_field = NO_TENANT  # hashes, not records
 
     list_display = ("id", "sequence", "hash")
 
@@ -234,6 +239,7 @@ class LedgerHeadAdmin(ReadOnlyModelAdmin):
 @admin.register(Checkpoint)
 class CheckpointAdmin(ReadOnlyModelAdmin):
     """Signed checkpoints of the ledger's Merkle tree, newest first (docs/decisions/ledger.md)."""
+    tenant_field = NO_TENANT  # hashes, not records
 
     list_display = ("tree_size", "root_hash", "issued_at", "key")
     date_hierarchy = "issued_at"
@@ -253,6 +259,7 @@ class CheckpointAdmin(ReadOnlyModelAdmin):
 @admin.register(MerkleTile)
 class MerkleTileAdmin(ReadOnlyModelAdmin):
     """The stored Merkle tree: 16 node hashes a tile, level 0 the leaves (core/tree.py)."""
+    tenant_field = NO_TENANT  # hashes, not records
 
     list_display = ("level", "index", "width")
     list_filter = ("level",)
@@ -273,6 +280,7 @@ class MerkleTileAdmin(ReadOnlyModelAdmin):
 @admin.register(MerkleTreeLock)
 class MerkleTreeLockAdmin(ReadOnlyModelAdmin):
     """The row checkpoint runs lock, one run at a time."""
+    tenant_field = NO_TENANT  # hashes, not records
 
     list_display = ("id", "locked_at")
 
@@ -301,6 +309,17 @@ admin.site.site_url = "/agp/docs"
 
 admin.site.unregister(User)
 admin.site.unregister(Group)
+
+
+@admin.register(StaffTenancy)
+class StaffTenancyAdmin(AGPModelAdmin):
+    """The tenants a staff user is bound to (no row: every tenant); like users, changed by superusers only."""
+
+    list_display = ("user", "tenant_list")
+
+    @admin.display(description="tenants")
+    def tenant_list(self, obj):
+        return " ".join(obj.tenants)
 
 
 @admin.register(User)

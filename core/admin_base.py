@@ -27,8 +27,11 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from agp_project.tenancy import EVERY_TENANT, NO_TENANT, tenant_condition
+
 from .auditors import AUDITORS_GROUP
 from .ledger import ledger_append
+from .models import StaffTenancy
 
 READ_ONLY_ACTION = ("view",)
 
@@ -47,13 +50,50 @@ def is_auditor(request) -> bool:
     return cached
 
 
+def staff_tenants(request) -> frozenset[str] | None:
+    """The tenants whose records the signed-in user may see in the admin; None: every tenant.
+
+    A user bound to tenants (``StaffTenancy``) sees theirs, as an API client bound to them
+    would; a superuser, and a user bound to none, sees everything. Memoised on the request.
+    """
+    cached = getattr(request, "_agp_staff_tenants", False)
+    if cached is False:
+        user = request.user
+        tenants = None
+        if user.is_authenticated and not user.is_superuser:
+            row = StaffTenancy.objects.filter(user=user).values_list("tenants", flat=True).first()
+            if row is not None and EVERY_TENANT not in row:
+                tenants = frozenset(row)
+        cached = request._agp_staff_tenants = tenants
+    return cached
+
+
 def admin_actor(request) -> str:
     """The ledger ``actor`` of a change made through the admin."""
     return f"admin:{request.user.get_username()}"
 
 
 class AuditorReadOnlyMixin:
-    """Auditors may view; they never add, change or delete, and run only read-only actions."""
+    """Auditors may view; they never add, change or delete, and run only read-only actions.
+
+    ``tenant_field``: the path from a record to its tenant's root principal. A user bound to
+    tenants sees only their records; ``NO_TENANT`` marks records that reveal hashes, not
+    records (every user sees them); a model admin that declares neither shows such a user
+    nothing (fail closed).
+    """
+
+    tenant_field: str | None = None
+    shared_when_no_tenant = False
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        tenants = staff_tenants(request)
+        if tenants is None or self.tenant_field == NO_TENANT:
+            return queryset
+        if self.tenant_field is None:
+            return queryset.none()
+        return queryset.filter(tenant_condition(tenants, self.tenant_field,
+                                                shared_when_null=self.shared_when_no_tenant))
 
     def has_add_permission(self, request, *args, **kwargs):
         if is_auditor(request):

@@ -16,6 +16,7 @@ from django.db import transaction
 from agp_project import errors
 
 from .ledger import ledger_append
+from .models import StaffTenancy
 
 AUDITORS_GROUP = "auditors"
 # Every record of the service, plus who may use the admin (users and groups): an auditor
@@ -42,8 +43,11 @@ def auditor_group_ensure() -> Group:
     return group
 
 
-def auditor_create(*, username: str, password: str, email: str = "", actor: str = "manage.py") -> AbstractUser:
+def auditor_create(*, username: str, password: str, email: str = "", actor: str = "manage.py",
+                   tenants: list[str] = ()) -> AbstractUser:
     """Create a staff user who belongs to the auditors group and to nothing else.
+
+    ``tenants``: the root principals whose records alone the auditor sees (none: every tenant).
 
     The creation is recorded in the ledger: who can read the governance records is itself
     governance information. An existing username is a ``Conflict`` (an existing account is
@@ -61,6 +65,9 @@ def auditor_create(*, username: str, password: str, email: str = "", actor: str 
         user = user_model.objects.create_user(username=username, email=email, password=password,
                                               is_staff=True, is_superuser=False)
         user.groups.add(group)
+        if tenants:
+            StaffTenancy.objects.create(user=user, tenants=list(tenants))
         ledger_append(event_type="auditor.created", resource_type="AdminUser", resource_id=username, actor=actor,
-                      payload={"username": username, "email": email, "groups": [AUDITORS_GROUP]})
+                      payload={"username": username, "email": email, "groups": [AUDITORS_GROUP],
+                               "tenants": list(tenants)})
     return user

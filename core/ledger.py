@@ -86,9 +86,11 @@ def _locked_head() -> LedgerHead:
 
 
 def ledger_append(*, event_type: str, resource_type: str, resource_id: str, actor: str,
-                  payload: dict[str, Any] | None = None, event_id: str | None = None) -> LedgerEvent | None:
+                  payload: dict[str, Any] | None = None, event_id: str | None = None,
+                  root_principal: str | None = None) -> LedgerEvent | None:
     """Append one event, in the caller's transaction, after every other writer's.
 
+    ``root_principal``: the tenant whose records the event is about (None: of no tenant).
     Inside ``ledger_batch`` the event is queued and written when the batch ends; None is
     returned then.
     """
@@ -98,26 +100,26 @@ def ledger_append(*, event_type: str, resource_type: str, resource_id: str, acto
     batch = getattr(connection, _BATCH_ATTR, None)
     if batch is not None:
         batch.append(_Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                               actor=actor, payload=payload, event_id=event_id))
+                               actor=actor, payload=payload, event_id=event_id, root_principal=root_principal))
         return None
     return _append(_Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                             actor=actor, payload=payload, event_id=event_id))
+                             actor=actor, payload=payload, event_id=event_id, root_principal=root_principal))
 
 
 def ledger_record(*, event_type: str, resource_type: str, resource_id: str, actor: str,
-                  payload: dict[str, Any] | None = None) -> None:
+                  payload: dict[str, Any] | None = None, root_principal: str | None = None) -> None:
     """Append one event that stands on its own (a validation, a refusal).
 
     Inside a transaction (a request made with an ``Idempotency-Key`` runs in one) it joins
     it; otherwise it is a transaction of its own.
     """
+    event = {"event_type": event_type, "resource_type": resource_type, "resource_id": resource_id, "actor": actor,
+             "payload": payload, "root_principal": root_principal}
     if connection.in_atomic_block:
-        ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
-                      payload=payload)
+        ledger_append(**event)
         return
     with transaction.atomic():
-        ledger_append(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
-                      payload=payload)
+        ledger_append(**event)
 
 
 _BATCH_ATTR = "_agp_ledger_batch"
@@ -186,18 +188,20 @@ class _Event:
     payload: dict[str, Any]
     payload_text: str  # the canonical JSON that payload_hash covers
     recorded: datetime
-    trail: dict[str, str | None]  # task_id, action_id: not chained, an index of the payload (``event_trail``)
+    # task_id, action_id (an index of the payload, ``event_trail``) and root_principal: not chained.
+    trail: dict[str, str | None]
 
     @classmethod
     def of(cls, *, event_type: str, resource_type: str, resource_id: str, actor: str, payload: dict[str, Any],
-           event_id: str | None = None, payload_json: bytes | None = None, trail_from_payload: bool = True) -> "_Event":
+           event_id: str | None = None, payload_json: bytes | None = None, trail_from_payload: bool = True,
+           root_principal: str | None = None) -> "_Event":
         payload_json = canonical_json(payload) if payload_json is None else payload_json
         fields = {"event_id": event_id or new_id("evt"), "event_type": event_type, "resource_type": resource_type,
                   "resource_id": resource_id, "actor": actor, "payload_hash": bytes_hash(payload_json)}
         return cls(fields=fields, payload=payload, payload_text=payload_json.decode("utf-8"),
                    recorded=datetime.now(UTC),
-                   trail=event_trail(resource_type=resource_type, resource_id=resource_id, payload=payload,
-                                     from_payload=trail_from_payload))
+                   trail={**event_trail(resource_type=resource_type, resource_id=resource_id, payload=payload,
+                                        from_payload=trail_from_payload), "root_principal": root_principal})
 
     @property
     def prefix(self) -> str:
@@ -220,7 +224,7 @@ locked AS (SELECT sequence, hash FROM "{_HEAD}" WHERE id = 1 FOR UPDATE),
 input AS (SELECT * FROM json_to_recordset(%s::json)
           AS i(n bigint, prefix text, event_id text, event_type text, resource_type text, resource_id text,
                actor text, payload text, payload_hash text, recorded_at timestamptz, task_id text,
-               action_id text)),
+               action_id text, root_principal text)),
 chain AS (
     SELECT 0::bigint AS n, sequence, ''::text AS prev_hash, hash::text AS hash FROM locked
     UNION ALL
@@ -233,9 +237,9 @@ moved AS (
      WHERE head.id = 1
  RETURNING head.sequence)
 INSERT INTO "{_EVENTS}" (sequence, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
-                         prev_hash, hash, recorded_at, task_id, action_id)
+                         prev_hash, hash, recorded_at, task_id, action_id, root_principal)
 SELECT c.sequence, i.event_id, i.event_type, i.resource_type, i.resource_id, i.actor, i.payload, i.payload_hash,
-       c.prev_hash, c.hash, i.recorded_at, i.task_id, i.action_id
+       c.prev_hash, c.hash, i.recorded_at, i.task_id, i.action_id, i.root_principal
   FROM chain AS c JOIN input AS i ON i.n = c.n
  WHERE EXISTS (SELECT 1 FROM moved)
 RETURNING sequence, prev_hash, hash
@@ -471,7 +475,8 @@ def ledger_events_in_chain() -> models.QuerySet:
 
 
 def ledger_append_client_event(*, event_type: str, resource_type: str, resource_id: str, actor: str,
-                               payload: dict[str, Any], event_id: str | None = None) -> LedgerEvent:
+                               payload: dict[str, Any], event_id: str | None = None,
+                               root_principal: str | None = None) -> LedgerEvent:
     """Append a client's own event (``POST /agp/ledger-events``) in its own transaction.
 
     A payload that has no RFC 8785 form (an integer beyond 2**53, a float overflowing to
@@ -488,7 +493,7 @@ def ledger_append_client_event(*, event_type: str, resource_type: str, resource_
         with transaction.atomic():
             return _append(_Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
                                      actor=actor, payload=payload, event_id=event_id, payload_json=payload_json,
-                                     trail_from_payload=False))
+                                     trail_from_payload=False, root_principal=root_principal))
     except IntegrityError:
         if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
             raise errors.duplicate_id("ledger event", "event_id", event_id) from None

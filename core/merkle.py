@@ -119,9 +119,20 @@ def consistency_ranges(first: int, second: int) -> list[tuple[int, int]]:
     return ranges[::-1]
 
 
+def is_hash(value) -> bool:
+    """A raw SHA-256 hash: 32 bytes, nothing else (an empty leaf or root must not verify)."""
+    return isinstance(value, bytes) and len(value) == HASH_SIZE
+
+
+def is_count(value) -> bool:
+    """An index or a size: an int, and not a bool (``True`` is an int to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def verify_inclusion(leaf: bytes, index: int, size: int, path: list[bytes], root: bytes) -> bool:
     """RFC 9162 2.1.3.2: does ``path`` lead from the leaf hash at ``index`` to ``root`` in a tree of ``size``?"""
-    if not isinstance(index, int) or not isinstance(size, int) or not 0 <= index < size:
+    if not (is_count(index) and is_count(size) and 0 <= index < size and is_hash(leaf) and is_hash(root)
+            and all(is_hash(p) for p in path)):
         return False
     fn, sn, r = index, size - 1, leaf
     for p in path:
@@ -143,7 +154,8 @@ def verify_inclusion(leaf: bytes, index: int, size: int, path: list[bytes], root
 def verify_consistency(first: int, second: int, first_root: bytes, second_root: bytes, proof: list[bytes]) -> bool:
     """RFC 9162 2.1.4.2: is the tree of ``second`` leaves (``second_root``) an extension of the tree of
     ``first`` leaves (``first_root``)? Equal sizes need an empty proof and equal roots."""
-    if not isinstance(first, int) or not isinstance(second, int) or not 0 < first <= second:
+    if not (is_count(first) and is_count(second) and 0 < first <= second and is_hash(first_root)
+            and is_hash(second_root) and all(is_hash(p) for p in proof)):
         return False
     if first == second:
         return not proof and first_root == second_root

@@ -1,5 +1,6 @@
 """Cross-cutting records: the hash-chained ledger, stored idempotent responses, the outbox."""
 
+from django.conf import settings
 from django.db import models
 
 from .choices import OutboxStatus
@@ -41,6 +42,9 @@ class LedgerEvent(models.Model):
     # payload says, outside the chained fields; null where it does not apply.
     task_id = models.CharField(max_length=128, null=True, blank=True)
     action_id = models.CharField(max_length=128, null=True, blank=True)
+    # The tenant (root principal) whose records the event is about; null for an event of no
+    # tenant (API clients, shared policy sets), which only callers of every tenant see.
+    root_principal = models.CharField(max_length=128, null=True, blank=True)
 
     class Meta:
         ordering = ["-sequence"]
@@ -52,7 +56,8 @@ class LedgerEvent(models.Model):
         indexes = [models.Index(fields=["resource_type", "resource_id"]),
                    models.Index(fields=["event_type"], name="core_ledgerevent_event_type"),
                    models.Index(fields=["task_id", "sequence"], name="core_ledgerevent_task_trail"),
-                   models.Index(fields=["action_id", "sequence"], name="core_ledgerevent_action_trail")]
+                   models.Index(fields=["action_id", "sequence"], name="core_ledgerevent_action_trail"),
+                   models.Index(fields=["root_principal", "sequence"], name="core_ledgerevent_tenant")]
 
     def __str__(self):
         return f"#{self.sequence} {self.event_type} {self.resource_id}"
@@ -148,3 +153,22 @@ class OutboxMessage(models.Model):
     request_id = models.CharField(max_length=128, blank=True, default="")
     created_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True, blank=True)
+
+
+class StaffTenancy(models.Model):
+    """The tenants (root principals) an admin user is bound to (docs/reference/identity.md).
+
+    A staff user with a row sees, in the admin and the auditor's pages, only the records of
+    these tenants, as an API client bound to them would; ``"*"`` is every tenant. A staff user
+    without one (a superuser, an auditor of the whole service) sees everything.
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agp_tenancy")
+    tenants = ExactJSONField(default=list)
+
+    class Meta:
+        verbose_name = "tenancy"
+        verbose_name_plural = "tenancy"
+
+    def __str__(self):
+        return " ".join(self.tenants) or "(no tenant)"

@@ -77,13 +77,18 @@ def jwks(request):
     return response
 
 
+# The API group an app's routes make, where it is not named after the app.
+GROUP_OF_APP = {"auth_tokens": "admin"}
+
+
 def _api_groups():
     """The API groups under /agp/ as routed (one per app): its collections, then its other paths."""
     groups = {}
     for entry in get_resolver().url_patterns:
         if not (isinstance(entry, URLResolver) and str(entry.pattern) == "agp/"):
             continue
-        name = entry.urlconf_module.__name__.split(".")[0]
+        app = entry.urlconf_module.__name__.split(".")[0]
+        name = GROUP_OF_APP.get(app, app)
         collections, others = groups.setdefault(name, ({}, []))
         for pattern in entry.url_patterns:
             text = str(pattern.pattern)

@@ -141,20 +141,24 @@ class Tally:
 def backtest_create(*, actor: str, policy_set_id: str, baseline_policy_set_id: str | None = None,
                     since: datetime | None = None, until: datetime | None = None, task_id: str | None = None,
                     agent_id: str | None = None, backtest_id: str | None = None,
-                    created_at: datetime | None = None) -> Backtest:
+                    created_at: datetime | None = None, root_principal: str | None = None) -> Backtest:
     """Record a backtest of ``policy_set_id`` (the candidate: any status but revoked), pending.
 
     ``since``/``until`` bound ``evaluated_at`` (``since`` included, ``until`` not); the
     default is the 30 days before now. 400 for an unknown set or an empty interval, 422
     ``AGP_PREREQUISITE_FAILED`` for a revoked candidate (as for an evaluation), 409 for a
     duplicate id. In one transaction: the backtest, its outbox message and ``backtest.created``.
+
+    ``root_principal``: the tenant whose evaluations it replays (None: every tenant's, for an
+    operator). A candidate or baseline of another tenant is as missing as an unknown one.
     """
     now = timezone.now()
     ids = [policy_set_id] + ([baseline_policy_set_id] if baseline_policy_set_id else [])
     found = {s.policy_set_id: s for s in PolicySet.objects.filter(policy_set_id__in=ids)}
     problems = {name: [f"No policy set with id {value!r}."]
                 for name, value in (("policy_set_id", policy_set_id), ("baseline_policy_set_id", baseline_policy_set_id))
-                if value and value not in found}
+                if value and (value not in found or (root_principal is not None
+                                                     and found[value].root_principal not in (None, root_principal)))}
     until = until or now
     since = since or until - DEFAULT_WINDOW
     if since >= until:
@@ -170,7 +174,7 @@ def backtest_create(*, actor: str, policy_set_id: str, baseline_policy_set_id: s
     backtest = Backtest(
         backtest_id=backtest_id or new_id("bt"), operation_id=new_id("op"), policy_set=candidate,
         ruleset_hash=candidate.ruleset_hash, baseline_policy_set_id=baseline_policy_set_id, since=since, until=until,
-        task_id=task_id or "", agent_id=agent_id or "", requested_by=actor,
+        task_id=task_id or "", agent_id=agent_id or "", requested_by=actor, root_principal=root_principal,
         created_at=now if created_at is None else not_in_future(created_at, field="created_at", now=now),
         updated_at=now)
     # Each unfinished backtest of a client holds one of its slots; the database's unique index
@@ -183,7 +187,8 @@ def backtest_create(*, actor: str, policy_set_id: str, baseline_policy_set_id: s
                 backtest.save(force_insert=True)  # the unique indexes decide, races included
                 outbox_enqueue(task_name=BACKTEST_TASK, args=[backtest.backtest_id])
                 ledger_append(event_type="backtest.created", resource_type=RESOURCE,
-                              resource_id=backtest.backtest_id, actor=actor, payload={
+                              resource_id=backtest.backtest_id, actor=actor, root_principal=root_principal,
+                              payload={
                                   "operation_id": backtest.operation_id, "policy_set_id": policy_set_id,
                                   "ruleset_hash": backtest.ruleset_hash,
                                   "baseline_policy_set_id": baseline_policy_set_id, "since": iso(since),
@@ -220,7 +225,7 @@ def backtest_cancel(*, actor: str, operation_id: str) -> Backtest:
         backtest.lease_expires_at, backtest.resume = None, None
         backtest.save()
         ledger_append(event_type="backtest.cancelled", resource_type=RESOURCE, resource_id=backtest.backtest_id,
-                      actor=actor, payload={"operation_id": operation_id, "from": source,
+                      actor=actor, root_principal=backtest.root_principal, payload={"operation_id": operation_id, "from": source,
                                             "evaluations": backtest.evaluations})
     return backtest
 
@@ -228,6 +233,9 @@ def backtest_cancel(*, actor: str, operation_id: str) -> Backtest:
 # --- running -------------------------------------------------------------------------------------
 def _window(backtest: Backtest) -> QuerySet[PolicyEvaluation]:
     window = PolicyEvaluation.objects.filter(evaluated_at__gte=backtest.since, evaluated_at__lt=backtest.until)
+    if backtest.root_principal is not None:
+        window = window.filter(task__root_principal=backtest.root_principal)
+
     if backtest.baseline_policy_set_id:
         window = window.filter(policy_set_id=backtest.baseline_policy_set_id)
     if backtest.task_id:
@@ -267,7 +275,7 @@ def _claim(*, backtest_id: str, executor: str, attempt: int | None, slice_number
                 backtest.start()
                 backtest.attempts, backtest.started_at = backtest.attempts + 1, now
             ledger_append(event_type="backtest.reclaimed" if takeover else "backtest.running", resource_type=RESOURCE,
-                          resource_id=backtest_id, actor=ACTOR,
+                          resource_id=backtest_id, actor=ACTOR, root_principal=backtest.root_principal,
                           payload={"operation_id": backtest.operation_id, "attempt": backtest.attempts,
                                    "executor": executor})
         backtest.executor = executor
@@ -354,7 +362,7 @@ def _finish(backtest: Backtest, *, tally: Tally | None = None, error: dict[str, 
         except ConcurrentTransition:
             return False
         ledger_append(event_type=f"backtest.{current.status}", resource_type=RESOURCE,
-                      resource_id=current.backtest_id, actor=ACTOR,
+                      resource_id=current.backtest_id, actor=ACTOR, root_principal=current.root_principal,
                       payload={"operation_id": current.operation_id, **(tally.counts() if tally else {}),
                                "limit_reached": (limit_reached or {}).get("limit"),
                                "error_code": (error or {}).get("code")})

@@ -4,6 +4,7 @@ services sign what they return."""
 
 from typing import Any
 
+from agp_project.signing import authored
 from agp_project.timeutil import iso
 
 from .choices import EthicalFramework
@@ -32,6 +33,7 @@ def impact_assessment_document(assessment: ImpactAssessment) -> dict[str, Any]:
         "recommendation_rationale": assessment.recommendation_rationale,
         "assessed_at": iso(assessment.assessed_at),
         "signature": assessment.signature or None,
+        **authored(assessment),
     }
 
 
@@ -47,4 +49,7 @@ def approval_document(approval: Approval) -> dict[str, Any]:
         "expires_at": iso(approval.expires_at) if approval.expires_at is not None else None,
         "signature": approval.signature or None,
         "created_at": iso(approval.created_at),
+        **({"approver_client": approval.approver_client} if approval.approver_client else {}),
+        **authored(approval),
     }
+

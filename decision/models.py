@@ -26,6 +26,7 @@ class Context(models.Model):
     data = ExactJSONField(default=dict)
     content_hash = models.CharField(max_length=71)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
 
 class EvidenceBundle(models.Model):
@@ -35,6 +36,7 @@ class EvidenceBundle(models.Model):
     items = ExactJSONField(default=list)
     bundle_hash = models.CharField(max_length=71)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
 
 class PolicyEvaluation(models.Model):
@@ -62,6 +64,7 @@ class PolicyEvaluation(models.Model):
     shadow_results = ExactJSONField(default=dict)
     evaluated_at = models.DateTimeField()
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     class Meta:
         # A backtest's window is an interval of evaluated_at (C14).
@@ -84,6 +87,7 @@ class Decision(ConcurrentTransitionMixin, models.Model):
     status = FSMField(max_length=16, choices=DecisionStatus.choices, default=DecisionStatus.DRAFT, protected=True)
     finalised_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     @property
     def context_ref(self) -> str | None:
@@ -114,6 +118,7 @@ class ImpactAssessment(models.Model):
     assessed_at = models.DateTimeField()
     signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     @property
     def decision_ref(self) -> str:
@@ -127,11 +132,15 @@ class Approval(models.Model):
     decision = models.ForeignKey(Decision, on_delete=models.PROTECT, to_field="decision_id",
                                  db_column="decision_ref", related_name="approvals")
     approver = models.CharField(max_length=128)
+    # Who recorded it: the client, and its kind. Only a person's approval can clear an action.
+    approver_client = models.CharField(max_length=128, blank=True, default="")
+    approver_kind = models.CharField(max_length=16, blank=True, default="")
     verdict = models.CharField(max_length=16, choices=ApprovalVerdict.choices)
     conditions = ExactJSONField(default=list, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     @property
     def decision_ref(self) -> str:
@@ -152,7 +161,10 @@ class Escalation(ConcurrentTransitionMixin, models.Model):
     resolved_by = models.CharField(max_length=128, blank=True, default="")
     resolution_notes = models.TextField(blank=True, default="")
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # The tenant (root principal) it belongs to; null: of no tenant (never, once made over the API).
+    root_principal = models.CharField(max_length=128, null=True, blank=True, db_index=True)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     @property
     def decision_ref(self) -> str | None:
@@ -181,6 +193,7 @@ class CommerceSession(models.Model):
                               default=CommerceSessionStatus.OPEN)
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     class Meta:
         constraints = [
@@ -226,6 +239,8 @@ class Backtest(ConcurrentTransitionMixin, models.Model):
     until = models.DateTimeField()
     task_id = models.CharField(max_length=128, blank=True, default="")
     agent_id = models.CharField(max_length=128, blank=True, default="")
+    # The tenant (root principal) it belongs to; null: of no tenant (an operator's backtest over every tenant's evaluations).
+    root_principal = models.CharField(max_length=128, null=True, blank=True, db_index=True)
     status = FSMField(max_length=16, choices=BacktestStatus.choices, default=BacktestStatus.PENDING, protected=True,
                       db_index=True)
     total = models.PositiveIntegerField(null=True, blank=True)  # evaluations in the window, counted at the start

@@ -1,17 +1,19 @@
 """Reads of the Decision API, including the checks other apps run before acting.
 
 The execution app's fail-closed checks (CONTRACT C8, checks 4-9) read through the
-querysets here (``impact_assessments_standing_first``, ``approvals_standing``,
+querysets here (``impact_assessments_standing_first``,
 ``escalations_blocking``, ``commerce_spending_under``), so each rule has one definition.
 Each takes model instances or plain ids, so callers need not load rows first.
 """
 
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Case, DecimalField, Exists, F, OuterRef, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce
 
+from auth_tokens.models import Client
 from registry.choices import ActionClass, RiskLevel
 from registry.models import Task
 
@@ -53,10 +55,14 @@ def impact_assessments_standing_first(*, task: Task | str, decision: Decision | 
     immutable, so a later ``proceed`` (or one back-dated with an earlier ``assessed_at``)
     is a second opinion, not a withdrawal, and a governance service fails closed on the
     disagreement. The way past it is a new decision with its own assessment.
+
+    An assessor is not the assessed: an assessment by the decision's own agent is left out,
+    unless it says ``do_not_proceed`` (a veto stands whoever makes it).
     """
     vetoes_first = Case(When(recommendation=Recommendation.DO_NOT_PROCEED, then=Value(0)), default=Value(1))
     return (ImpactAssessment.objects
             .filter(task_id=_id(task, "task_id"), decision_id=_id(decision, "decision_id"))
+            .filter(Q(recommendation=Recommendation.DO_NOT_PROCEED) | ~Q(agent_id=F("decision__agent_id")))
             .order_by(vetoes_first, "-pk"))
 
 
@@ -67,38 +73,31 @@ def impact_assessment_standing(*, task: Task | str, decision: Decision | str) ->
 
 
 # --- approvals -----------------------------------------------------------------------------
-def approvals_standing(*, decision: Decision | str, now: datetime) -> QuerySet[Approval]:
-    """The approved, unexpired approvals of ``decision``, the one recorded last first, each
-    annotated with ``rejected_later`` (a rejection was recorded after it).
+@dataclass(frozen=True)
+class Authors:
+    """Who asked for an action: the clients that recorded its decision and evaluation, and the
+    people or agents those clients are (casefolded). Nobody approves their own request."""
 
-    "Later" is server order (primary key), never the client-settable ``created_at``: a
-    backdated rejection still withdraws the approval before it.
-    """
-    decision_id = _id(decision, "decision_id")
-    return (Approval.objects.filter(decision_id=decision_id, verdict=ApprovalVerdict.APPROVED)
-            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-            .annotate(rejected_later=Exists(Approval.objects.filter(
-                decision_id=decision_id, verdict=ApprovalVerdict.REJECTED, pk__gt=OuterRef("pk"))))
-            .order_by("-pk"))
+    clients: frozenset[str] = frozenset()
+    subjects: frozenset[str] = frozenset()
 
 
-def approval_valid_for(*, decision: Decision | str, now: datetime) -> Approval | None:
-    """The newest approved, unexpired approval of ``decision``, unless a later approval rejected it.
-
-    Approvals are immutable, so a rejection recorded after an approval is how that
-    approval is withdrawn; an approval recorded after a rejection stands. CONTRACT C8
-    check 7 reads ``approvals_standing`` itself to tell the two refusals apart.
-    """
-    approval = approvals_standing(decision=decision, now=now).first()
-    return None if approval is None or approval.rejected_later else approval
+def authors_of(*, decision: Decision | None, evaluation: PolicyEvaluation | None) -> Authors:
+    """The ``Authors`` of a decision and its evaluation (one query, none when neither names a client)."""
+    clients = frozenset(record.created_by for record in (decision, evaluation)
+                        if record is not None and record.created_by)
+    rows = Client.objects.filter(client_id__in=clients).values_list("subject", "agent_id") if clients else []
+    return Authors(clients=clients, subjects=frozenset(name.casefold() for row in rows for name in row if name))
 
 
 # --- escalations ---------------------------------------------------------------------------
 def escalations_blocking(*, task_id: str | None = None, decision_id: str | None = None,
-                         action_id: str | None = None) -> QuerySet[Escalation]:
+                         action_id: str | None = None, root_principal: str | None = None) -> QuerySet[Escalation]:
     """Escalations on the task, decision or action that still stand: open, or resolved upheld.
 
-    ``dismissed`` and ``partially_upheld`` resolutions do not block (CONTRACT C8 check 8).
+    ``dismissed`` and ``partially_upheld`` resolutions do not block (check 8). An escalation
+    raised in one tenant never blocks another's: with ``root_principal``, only that tenant's
+    and those of no tenant (an operator's) count.
     """
     target = Q()
     if task_id:
@@ -111,7 +110,11 @@ def escalations_blocking(*, task_id: str | None = None, decision_id: str | None 
         return Escalation.objects.none()
     standing = Q(status=EscalationStatus.OPEN) | Q(status=EscalationStatus.RESOLVED,
                                                    outcome=EscalationOutcome.UPHELD)
-    return Escalation.objects.filter(target).filter(standing).order_by("-pk")
+    escalations = Escalation.objects.filter(target).filter(standing)
+    if root_principal is not None:
+        escalations = escalations.filter(Q(root_principal__isnull=True) | Q(root_principal=root_principal))
+    return escalations.order_by("-pk")
+
 
 
 def escalation_blocking(*, task_id: str | None = None, decision_id: str | None = None,

@@ -14,12 +14,13 @@ from agp_project.http.serializers import (
     AmountField,
     CurrencyField,
     IdField,
+    PatternField,
     SignatureSerializer,
     StrictSerializer,
     minor_units_problem,
 )
 from agp_project.http.viewsets import absolute_url, operation_path
-from registry.serializers import OPERATION_MESSAGE, OPERATION_PATTERN, TOOL_MESSAGE, TOOL_PATTERN
+from registry.serializers import OPERATION_MESSAGE, OPERATION_PATTERN, TOOL_MESSAGE, TOOL_PATTERN, AgentField
 
 from .choices import (
     ApprovalVerdict,
@@ -67,12 +68,13 @@ class ContextSerializer(StrictSerializer):
     data = serializers.DictField()
     content_hash = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
 
 class EvidenceItemSerializer(StrictSerializer):
-    uri = serializers.RegexField(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$", max_length=2048, error_messages={
+    uri = PatternField(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$", max_length=2048, error_messages={
         "invalid": "Must be an absolute URI (scheme:...)."})
-    sha256 = serializers.RegexField(r"^(sha256:)?[0-9a-f]{64}$", error_messages={
+    sha256 = PatternField(r"^(sha256:)?[0-9a-f]{64}$", error_messages={
         "invalid": "Must be 64 lowercase hex digits, optionally prefixed 'sha256:'."})
     kind = serializers.CharField(max_length=64)
 
@@ -85,6 +87,7 @@ class EvidenceBundleSerializer(StrictSerializer):
     items = EvidenceItemSerializer(many=True, allow_empty=False, max_length=1000)
     bundle_hash = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
 
 # --- policy evaluations --------------------------------------------------------------------
@@ -107,8 +110,8 @@ class StringListField(serializers.JSONField):
 class ActionSerializer(StrictSerializer):
     """The action an evaluation is made for: the envelope that cites it must ask for exactly this."""
 
-    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
-    operation = serializers.RegexField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE})
+    tool_id = PatternField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
+    operation = PatternField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE})
     parameters = serializers.DictField(required=False, default=dict)
 class ShadowResultSerializer(serializers.Serializer):
     policy_set_id = serializers.CharField()
@@ -149,6 +152,7 @@ class PolicyEvaluationSerializer(StrictSerializer):
         "worker, and shows `allow` and `matches` null until then."))
     evaluated_at = serializers.DateTimeField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
 
 # --- decisions -------------------------------------------------------------------------------
@@ -173,6 +177,7 @@ class DecisionSerializer(StrictSerializer):
         help_text="Create: `draft` only. `PATCH /agp/decisions/{id}` with `finalised` finalises it.")
     finalised_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def validate_status(self, value):
         if value != DecisionStatus.DRAFT:
@@ -244,6 +249,7 @@ class ImpactAssessmentSerializer(StrictSerializer):
     recommendation_rationale = serializers.CharField(max_length=TEXT_MAX, required=False, allow_blank=True)
     assessed_at = serializers.DateTimeField(required=False)
     signature = SignatureSerializer(read_only=True)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def to_representation(self, instance):
         return impact_assessment_document(instance)
@@ -255,16 +261,20 @@ class ApprovalSerializer(StrictSerializer):
 
     approval_id = IdField(required=False)
     decision_ref = IdField()
-    approver = serializers.CharField(max_length=128)
+    approver = serializers.CharField(max_length=128, required=False, help_text=(
+        "Who approves: a person's client records its own subject (leave it out); an operator must name one."))
     verdict = serializers.ChoiceField(choices=ApprovalVerdict.choices)
     conditions = serializers.ListField(child=serializers.CharField(max_length=TEXT_MAX), required=False,
                                        default=list, max_length=200)
     expires_at = serializers.DateTimeField(help_text="Required: an approval always expires.")
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
+    approver_client = serializers.CharField(read_only=True, help_text="The API client of the approver.")
 
     def to_representation(self, instance):
         return approval_document(instance)
+
 
 
 # --- escalations -----------------------------------------------------------------------------
@@ -275,6 +285,9 @@ class EscalationSerializer(StrictSerializer):
     task_id = BlankAsNullIdField(required=False, allow_null=True, default=None)
     decision_ref = BlankAsNullIdField(required=False, allow_null=True, default=None)
     action_id = BlankAsNullIdField(required=False, allow_null=True, default=None)
+    root_principal = serializers.CharField(read_only=True, allow_null=True, help_text=(
+        "The tenant it was raised in: its task's, else its action's, else the raising client's."))
+
     raised_by = serializers.CharField(max_length=128)
     reason = serializers.CharField(max_length=TEXT_MAX)
     status = serializers.CharField(read_only=True)
@@ -283,6 +296,7 @@ class EscalationSerializer(StrictSerializer):
     resolution_notes = BlankAsNullCharField(read_only=True, allow_null=True)
     resolved_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def validate(self, attrs):
         if not (attrs.get("task_id") or attrs.get("decision_ref") or attrs.get("action_id")):
@@ -326,6 +340,7 @@ class CommerceSessionSerializer(StrictSerializer):
     reserved_amount = AmountField(read_only=True)
     status = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def validate(self, attrs):
         problem = minor_units_problem(attrs.get("currency"), attrs.get("amount_limit"))
@@ -388,6 +403,10 @@ class BacktestSerializer(StrictSerializer):
                                                                 "default: 30 days before `until`.")
     until = serializers.DateTimeField(required=False, help_text="End of the window (excluded); default: now.")
     task_id = BlankAsNullIdField(required=False, allow_null=True, help_text="Only this task's evaluations.")
+    root_principal = AgentField(required=False, allow_null=True, help_text=(
+        "Only this tenant's evaluations. A client bound to one tenant may leave it out; an operator leaves it out "
+        "for every tenant's."))
+
     agent_id = BlankAsNullCharField(max_length=AGENT_MAX, required=False, allow_null=True,
                                     help_text="Only this agent's evaluations.")
     status = serializers.ChoiceField(choices=BacktestStatus.choices, read_only=True)
@@ -412,6 +431,7 @@ class BacktestSerializer(StrictSerializer):
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
 
 class BacktestProgressSerializer(serializers.Serializer):

@@ -4,10 +4,14 @@ from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.response import Response
 
+from agp_project import errors
 from agp_project.http.schema import documented, error_responses, example, read_views
-from agp_project.http.viewsets import AGPViewSet, CreateMixin
+from agp_project.http.viewsets import AGPViewSet, Cited, CreateMixin, tenant_of_write
+from registry.models import Delegation, PolicySet, Task
+from registry.views import refuse_agent_client
 
 from . import api_docs, backtests, selectors, services
+from .models import Decision
 from .serializers import (
     ApprovalSerializer,
     BacktestOperationSerializer,
@@ -27,6 +31,13 @@ from .serializers import (
 
 class DecisionGroupViewSet(CreateMixin, AGPViewSet):
     scope_group = "decision"
+    tenant_field = "task__root_principal"
+
+
+# What decision records cite, as a caller bound to tenants may see it.
+CITED_TASK = Cited(Task, "task_id", "root_principal", "task")
+CITED_DECISION = Cited(Decision, "decision_id", "task__root_principal", "decision")
+CITED_POLICY_SET = Cited(PolicySet, "policy_set_id", "root_principal", "policy set", shared_when_null=True)
 
 
 @documented(ContextSerializer, api_docs.CONTEXTS)
@@ -38,6 +49,8 @@ class ContextViewSet(DecisionGroupViewSet):
     collection = "contexts"
     lookup_field = "context_id"
     filter_fields = {"task_id": "task_id", "agent_id": "agent_id"}
+    agent_fields = ("agent_id",)
+    cited = {"task_id": CITED_TASK}
 
     def perform_create(self, validated, actor):
         return services.context_create(actor=actor, **validated)
@@ -52,6 +65,7 @@ class EvidenceBundleViewSet(DecisionGroupViewSet):
     collection = "evidence-bundles"
     lookup_field = "bundle_id"
     filter_fields = {"task_id": "task_id"}
+    cited = {"task_id": CITED_TASK}
 
     def perform_create(self, validated, actor):
         return services.evidence_bundle_create(actor=actor, **validated)
@@ -70,6 +84,8 @@ class PolicyEvaluationViewSet(DecisionGroupViewSet):
     lookup_field = "evaluation_id"
     filter_fields = {"policy_set_id": "policy_set_id", "task_id": "task_id", "agent_id": "agent_id"}
     write_scopes = {"create": "agp.policy.write"}
+    agent_fields = ("agent_id",)
+    cited = {"task_id": CITED_TASK, "policy_set_id": CITED_POLICY_SET}
 
     def perform_create(self, validated, actor):
         return services.policy_evaluation_create(actor=actor, **validated)
@@ -89,11 +105,14 @@ class DecisionViewSet(DecisionGroupViewSet):
     lookup_field = "decision_id"
     filter_fields = {"task_id": "task_id", "agent_id": "agent_id", "status": "status", "outcome": "outcome",
                      "context_ref": "context_id", "policy_evaluation_ref": "policy_evaluation_id"}
+    agent_fields = ("agent_id",)
+    cited = {"task_id": CITED_TASK}
 
     def perform_create(self, validated, actor):
         return services.decision_create(actor=actor, **validated)
 
     def partial_update(self, request, decision_id=None):
+        self.require_own(decision_id)
         validated = self.parse(serializer_class=DecisionStatusSerializer)
         decision = services.decision_status_set(actor=self.actor, decision_id=decision_id, **validated)
         return Response(self.render(decision))
@@ -109,6 +128,8 @@ class ImpactAssessmentViewSet(DecisionGroupViewSet):
     lookup_field = "assessment_id"
     filter_fields = {"task_id": "task_id", "decision_ref": "decision_id", "agent_id": "agent_id",
                      "recommendation": "recommendation"}
+    agent_fields = ("agent_id",)
+    cited = {"task_id": CITED_TASK, "decision_ref": CITED_DECISION}
 
     def perform_create(self, validated, actor):
         return services.impact_assessment_create(actor=actor, **validated)
@@ -123,11 +144,21 @@ class ApprovalViewSet(DecisionGroupViewSet):
     serializer_class = ApprovalSerializer
     collection = "approvals"
     lookup_field = "approval_id"
-    filter_fields = {"decision_ref": "decision_id", "approver": "approver", "verdict": "verdict"}
+    filter_fields = {"decision_ref": "decision_id", "approver": "approver", "verdict": "verdict",
+                     "approver_client": "approver_client"}
     write_scopes = {"create": "agp.approval.write"}
+    tenant_field = "decision__task__root_principal"
+    cited = {"decision_ref": CITED_DECISION}
 
     def perform_create(self, validated, actor):
-        return services.approval_create(actor=actor, **validated)
+        principal = self.request.user
+        if principal.kind == "human":
+            if validated.get("approver", principal.subject) != principal.subject:
+                raise errors.Forbidden(f"a person approves as themselves ({principal.subject!r})", field="approver")
+            validated["approver"] = principal.subject
+        elif not validated.get("approver"):
+            raise errors.invalid_fields({"approver": ["Required: only a person's client approves as itself."]})
+        return services.approval_create(actor=actor, approver_kind=principal.kind, **validated)
 
 
 @documented(EscalationSerializer, api_docs.ESCALATIONS, patch=EscalationResolveSerializer, patch_errors={
@@ -141,11 +172,19 @@ class EscalationViewSet(DecisionGroupViewSet):
     lookup_field = "escalation_id"
     filter_fields = {"task_id": "task_id", "decision_ref": "decision_id", "action_id": "action_id",
                      "status": "status", "outcome": "outcome"}
+    tenant_field = "root_principal"
+    cited = {"task_id": CITED_TASK, "decision_ref": CITED_DECISION}
 
     def perform_create(self, validated, actor):
-        return services.escalation_create(actor=actor, **validated)
+        # Naming only an action, it is raised in the caller's tenant (an operator's: in every
+        # tenant); naming a task or decision, in theirs (the service takes it from them).
+        named = validated.get("task_id") or validated.get("decision_ref")
+        tenant = None if named else tenant_of_write(self.request, None)
+        return services.escalation_create(actor=actor, root_principal=tenant, **validated)
 
     def partial_update(self, request, escalation_id=None):
+        refuse_agent_client(request, "resolve an escalation")
+        self.require_own(escalation_id)
         validated = self.parse(serializer_class=EscalationResolveSerializer)
         escalation = services.escalation_status_set(actor=self.actor, escalation_id=escalation_id, **validated)
         return Response(self.render(escalation))
@@ -163,6 +202,8 @@ class CommerceSessionViewSet(DecisionGroupViewSet):
     lookup_field = "session_id"
     filter_fields = {"task_id": "task_id", "agent_id": "agent_id", "delegation_id": "delegation_id",
                      "status": "status"}
+    agent_fields = ("agent_id",)
+    cited = {"task_id": CITED_TASK, "delegation_id": Cited(Delegation, "delegation_id", "root_principal", "delegation")}
 
     def perform_create(self, validated, actor):
         return services.commerce_session_create(actor=actor, **validated)
@@ -186,11 +227,17 @@ class BacktestViewSet(DecisionGroupViewSet):
     collection = "backtests"
     lookup_field = "backtest_id"
     filter_fields = {"policy_set_id": "policy_set_id", "baseline_policy_set_id": "baseline_policy_set_id",
-                     "status": "status", "task_id": "task_id", "agent_id": "agent_id"}
+                     "status": "status", "task_id": "task_id", "agent_id": "agent_id",
+                     "root_principal": "root_principal"}
     write_scopes = {"create": "agp.policy.write"}
+    tenant_field = "root_principal"
+    cited = {"policy_set_id": CITED_POLICY_SET, "baseline_policy_set_id": CITED_POLICY_SET, "task_id": CITED_TASK}
 
     def create(self, request, *args, **kwargs):
-        backtest = backtests.backtest_create(actor=self.actor, **self.parse())
+        validated = self.parse()
+        self.check_citations(validated)
+        validated["root_principal"] = tenant_of_write(request, validated.get("root_principal"))
+        backtest = backtests.backtest_create(actor=self.actor, **validated)
         body = backtest_operation_representation(backtest, request=request)
         return Response(body, status=status.HTTP_202_ACCEPTED, headers={
             "Location": body["status_url"], "Operation-Location": body["status_url"], "Retry-After": "1"})

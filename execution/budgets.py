@@ -21,6 +21,7 @@ from django.db.models.functions import Round
 from django.utils import timezone
 
 from agp_project import errors
+from agp_project.exactjson import decimal_text
 from core.ledger import ledger_append
 from decision.models import CommerceSession
 from decision.selectors import MONEY, commerce_spending_under
@@ -84,12 +85,12 @@ def payment_reserve(*, envelope: ActionEnvelope, session_id: str, amount: Decima
                 .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
                 .update(reserved_amount=money(F("reserved_amount") + Value(amount, output_field=MONEY))))
     if reserved != 1:
-        raise BudgetExhausted(f"commerce session {session_id!r} has no room left for {amount} {currency}")
+        raise BudgetExhausted(f"commerce session {session_id!r} has no room left for {decimal_text(amount)} {currency}")
     payment = Payment.objects.create(payment_id=envelope.payment_ref, envelope=envelope, session_id=session_id,
                                      currency=currency, amount=amount, status=PaymentStatus.RESERVED,
                                      created_at=now, updated_at=now)
     ledger_append(event_type="payment.reserved", resource_type="Payment", resource_id=payment.payment_id,
-                  actor=actor, payload={**action_trail(envelope), "session_id": session_id,
+                  actor=actor, root_principal=envelope.root_principal, payload={**action_trail(envelope), "session_id": session_id,
                                         "amount": str(amount), "currency": currency})
     return payment
 
@@ -120,7 +121,7 @@ def _payment_move(*, action_id: str, target: str, actor: str) -> Payment | None:
             raise errors.Conflict(f"commerce session {payment.session_id!r} does not hold the reservation of "
                                   f"payment {payment.payment_id!r}")
         ledger_append(event_type=f"payment.{target}", resource_type="Payment", resource_id=payment.payment_id,
-                      actor=actor, payload={**action_trail(payment.envelope), "session_id": payment.session_id,
+                      actor=actor, root_principal=payment.envelope.root_principal, payload={**action_trail(payment.envelope), "session_id": payment.session_id,
                                             "amount": str(payment.amount), "currency": payment.currency})
         payment.status, payment.updated_at = target, now
         return payment

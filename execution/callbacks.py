@@ -130,6 +130,7 @@ def callback_deliver(*, operation_id: str) -> DeliveryOutcome:
         if final:
             ledger_append(event_type="callback.delivered" if delivered else "callback.abandoned",
                           resource_type="Operation", resource_id=operation_id, actor=WORKER_ACTOR,
+                          root_principal=operation.envelope.root_principal,
                           payload={"task_id": operation.envelope.task_id, "action_id": operation.envelope_id,
                                    "url": operation.callback_url, "attempts": number,
                                    "response_status": response_status, "error": problem})

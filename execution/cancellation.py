@@ -42,7 +42,7 @@ def operation_cancelled_record(*, operation: Operation, actor: str, error: dict[
     envelope_status_set(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation.operation_id,
                          actor=actor)
     ledger_append(event_type="operation.cancelled", resource_type=OPERATION_RESOURCE,
-                  resource_id=operation.operation_id, actor=actor,
+                  resource_id=operation.operation_id, actor=actor, root_principal=envelope.root_principal,
                   payload={**action_trail(envelope), **(payload or {})})
     callback_enqueue(operation)
 

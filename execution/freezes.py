@@ -23,12 +23,11 @@ message was lost after it was published.
 import logging
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 
 from core.ledger import ledger_batch
 from registry.choices import Connector, FreezeStatus, FreezeTarget
-from registry.models import Freeze, Task
+from registry.models import Freeze
 from registry.selectors import freeze_summaries
 
 from .cancellation import frozen_error, operation_cancelled_record
@@ -42,23 +41,26 @@ BATCH = 100
 
 
 def _operation_match(freeze: Freeze) -> Q:
-    """The operations ``freeze`` names, through their envelope (and its task's root principal)."""
+    """The operations ``freeze`` names, through their envelope (and its tenant, for a freeze bound to one)."""
+    reach = Q() if freeze.root_principal is None else Q(envelope__root_principal=freeze.root_principal)
     if freeze.target_type == FreezeTarget.AGENT:
-        return Q(envelope__agent_id=freeze.target_id)
+        return reach & Q(envelope__agent_id=freeze.target_id)
     if freeze.target_type == FreezeTarget.TOOL:
-        return Q(envelope__tool_id=freeze.target_id)
+        return reach & Q(envelope__tool_id=freeze.target_id)
     if freeze.target_type == FreezeTarget.ROOT_PRINCIPAL:
-        return Q(Exists(Task.objects.filter(task_id=OuterRef("envelope__task_id"), root_principal=freeze.target_id)))
-    return Q(pk__isnull=False)  # all
+        return reach & Q(envelope__root_principal=freeze.target_id)
+    return reach & Q(pk__isnull=False)  # all
 
 
 def _matches(freeze: Freeze, operation: Operation) -> bool:
-    """``_operation_match`` for one loaded operation (annotated with its ``root_principal``)."""
+    """``_operation_match`` for one loaded operation."""
+    envelope = operation.envelope
+    if freeze.root_principal is not None and envelope.root_principal != freeze.root_principal:
+        return False
     if freeze.target_type == FreezeTarget.ALL:
         return True
-    envelope = operation.envelope
     named = {FreezeTarget.AGENT: envelope.agent_id, FreezeTarget.TOOL: envelope.tool_id,
-             FreezeTarget.ROOT_PRINCIPAL: operation.root_principal}
+             FreezeTarget.ROOT_PRINCIPAL: envelope.root_principal}
     return named.get(freeze.target_type) == freeze.target_id
 
 
@@ -84,14 +86,12 @@ def freezes_enforce(*, freeze_id: str | None = None) -> int:
     match = Q()
     for freeze in freezes:
         match |= _operation_match(freeze)
-    root_principal = Coalesce(Subquery(Task.objects.filter(task_id=OuterRef("envelope__task_id"))
-                                       .values("root_principal")[:1]), Value(""))
     cancelled = 0
     while True:
         with transaction.atomic(), ledger_batch():
             batch = list(Operation.objects.select_related("envelope").select_for_update(of=("self",))
-                         .filter(operations_stoppable()).filter(match)
-                         .annotate(root_principal=root_principal).order_by("pk")[:BATCH])
+                         .filter(operations_stoppable()).filter(match).order_by("pk")[:BATCH])
+
             for operation in batch:
                 stopping = [freeze for freeze in freezes if _matches(freeze, operation)] or freezes
                 stage = "awaiting_receipt" if operation.status == OperationStatus.RUNNING else "pending"

@@ -20,6 +20,8 @@ class ActionEnvelope(models.Model):
     action_id = models.CharField(max_length=128, unique=True)
     task_id = models.CharField(max_length=128, db_index=True)
     agent_id = models.CharField(max_length=128, db_index=True)
+    # The task's root principal, the tenant the envelope belongs to.
+    root_principal = models.CharField(max_length=128, null=True, blank=True, db_index=True)
     tool_id = models.CharField(max_length=128)
     operation = models.CharField(max_length=128)
     capability_token_ref = models.CharField(max_length=128)

@@ -34,7 +34,8 @@ def envelope_status_set(*, envelope: ActionEnvelope, status: str, operation_id: 
     ActionEnvelope.objects.filter(pk=envelope.pk).update(status=status)
     count_on_commit(ENVELOPES.labels(status))
     ledger_append(event_type=f"envelope.{status}", resource_type="ActionEnvelope", resource_id=envelope.action_id,
-                  actor=actor, payload={**action_trail(envelope), "from": envelope.status, "to": status,
+                  actor=actor, root_principal=envelope.root_principal,
+                  payload={**action_trail(envelope), "from": envelope.status, "to": status,
                                         "operation_id": operation_id})
     envelope.status = status
 
@@ -121,11 +122,11 @@ def outcome_record(*, operation: Operation, status: str, result: dict[str, Any],
                             completed_at=completed_at or now, executor=executor, receipt_id=receipt_id,
                             posted_by=posted_by, governance=governance)
     ledger_append(event_type=f"operation.{operation.status}", resource_type=OPERATION_RESOURCE,
-                  resource_id=operation.operation_id, actor=actor,
+                  resource_id=operation.operation_id, actor=actor, root_principal=envelope.root_principal,
                   payload={**action_trail(envelope), "receipt_id": receipt.receipt_id,
                            "executor": executor, "error_code": (error or {}).get("code")})
     ledger_append(event_type="receipt.issued", resource_type="Receipt", resource_id=receipt.receipt_id,
-                  actor=actor, payload={**action_trail(envelope), "operation_id": operation.operation_id,
+                  actor=actor, root_principal=envelope.root_principal, payload={**action_trail(envelope), "operation_id": operation.operation_id,
                                         "status": status, "result_hash": receipt.result_hash})
     callback_enqueue(operation)
     return receipt

@@ -104,7 +104,7 @@ def _fail_prerequisites(*, operation: Operation, envelope: ActionEnvelope, faile
     envelope_status_set(envelope=envelope, status=EnvelopeStatus.FAILED, operation_id=operation.operation_id,
                          actor=WORKER_ACTOR)
     ledger_append(event_type="operation.failed", resource_type=OPERATION_RESOURCE,
-                  resource_id=operation.operation_id, actor=WORKER_ACTOR,
+                  resource_id=operation.operation_id, actor=WORKER_ACTOR, root_principal=envelope.root_principal,
                   payload={**action_trail(envelope), "stage": "execution_recheck", "error_code": err.code,
                            "failed_checks": failed_checks, "executor": executor})
     callback_enqueue(operation)
@@ -181,7 +181,8 @@ def _claim_locked(*, operation: Operation | None, operation_id: str, executor: s
     if takeover:
         payload["previous_executor"] = previous_executor
     ledger_append(event_type="operation.reclaimed" if takeover else "operation.running",
-                  resource_type=OPERATION_RESOURCE, resource_id=operation_id, actor=WORKER_ACTOR, payload=payload)
+                  resource_type=OPERATION_RESOURCE, resource_id=operation_id, actor=WORKER_ACTOR,
+                  root_principal=envelope.root_principal, payload=payload)
     call = Call(operation_id=operation_id, action_id=envelope.action_id, connector=connector,
                 endpoint_url=report.skill_endpoint_url, parameters=dict(envelope.parameters or {}),
                 envelope=envelope_document(envelope) if connector == "http" else {},
@@ -329,14 +330,14 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
     """
     operation = Operation.objects.select_related("envelope").filter(operation_id=operation_id).first()
     if operation is None:
-        raise errors.invalid_fields({"operation_id": [f"No operation {operation_id!r}."]})
+        raise errors.invalid_fields({"operation_id": [f"No operation with id {operation_id!r}."]})
     if operation.envelope_id != action_id:
         raise errors.invalid_fields({"action_id": [f"Operation {operation_id!r} belongs to another action."]})
     # An operation handed over before the binding existed falls back to its submitter.
     bound_client = operation.receipt_client_id or operation.envelope.submitted_by
     if operation.connector == "external" and actor != bound_client:
-        raise errors.NotPermitted(f"Only the executor client bound to operation {operation_id!r} may post its "
-                                  f"receipt.")
+        raise errors.Forbidden(f"only the executor client bound to operation {operation_id!r} may post its receipt",
+                               field="operation_id")
     if receipt_id and Receipt.objects.filter(receipt_id=receipt_id).exists():
         raise errors.duplicate_id("receipt", "receipt_id", receipt_id)
     if operation.status != OperationStatus.RUNNING or operation.connector != "external":

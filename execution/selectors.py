@@ -47,7 +47,9 @@ def receipt_governance(*, envelope: ActionEnvelope, report: CheckReport | None =
         "policy_set_id": evaluation.policy_set_id if evaluation else None,
         "ruleset_hash": evaluation.ruleset_hash if evaluation else None,
         "action_hash": (evaluation.action_hash or None) if evaluation else None,
-        "approvals": [envelope.approval_ref] if envelope.approval_ref else [],
+        "approvals": (list(report.approval_ids) if report is not None
+                      else [envelope.approval_ref] if envelope.approval_ref else []),
+
         "assessment_id": assessment_id,
         "delegation_path": [{"delegation_id": link.delegation_id, "delegator_agent": link.delegator_agent,
                              "delegate_agent": link.delegate_agent, "spend_limit": plain_json(link.spend_limit),

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from agp_project.http.serializers import IdField, SignatureSerializer, StrictSerializer
+from agp_project.http.serializers import IdField, PatternField, SignatureSerializer, StrictSerializer
 from core.selectors import checkpoint_document
 
 
@@ -9,7 +9,7 @@ class LedgerEventSerializer(StrictSerializer):
 
     sequence = serializers.IntegerField(read_only=True)
     event_id = IdField(required=False)
-    event_type = serializers.RegexField(r"^client\.[A-Za-z0-9._-]{1,56}$", max_length=64, error_messages={
+    event_type = PatternField(r"^client\.[A-Za-z0-9._-]{1,56}$", max_length=64, error_messages={
         "invalid": "Client events must have an event_type starting with 'client.' (letters, digits, . _ -)."})
     resource_type = serializers.CharField(max_length=64)
     resource_id = IdField()
@@ -23,6 +23,10 @@ class LedgerEventSerializer(StrictSerializer):
                                     help_text="The task whose trail the event is part of (null: none).")
     action_id = serializers.CharField(read_only=True, allow_null=True,
                                       help_text="The action whose trail the event is part of (null: none).")
+    root_principal = serializers.CharField(read_only=True, allow_null=True, help_text=(
+        "The tenant whose records the event is about (null: none; such events are shown only to callers of "
+        "every tenant)."))
+
 
 
 class LedgerVerificationSerializer(serializers.Serializer):

@@ -58,13 +58,13 @@ def envelope_inputs(*, validated: dict) -> EnvelopeInputs:
         parameters=validated.get("parameters") or {}, callback_url=validated.get("callback_url") or "")
 
 
-def _submission_checks(inputs: EnvelopeInputs) -> CheckReport:
+def _submission_checks(inputs: EnvelopeInputs, tenants: frozenset[str] | None) -> CheckReport:
     """The checks of a submission; 409 when its action_id names an envelope already accepted.
 
     The duplicate is found by the checks' first statement, so it costs no round trip of
     its own, and it is answered before any check's outcome (nothing is recorded).
     """
-    report = envelope_checks(inputs=inputs, new=True)
+    report = envelope_checks(inputs=inputs, new=True, tenants=tenants)
     if report.already_accepted:
         raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
     return report
@@ -79,7 +79,7 @@ def _ledger_payload(inputs: EnvelopeInputs, report: CheckReport, **extra) -> dic
 def envelope_reject(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, mode: str) -> NoReturn:
     """Record the refusal (committed), then raise 422 listing every failed check."""
     ledger_record(event_type="envelope.rejected", resource_type="ActionEnvelope", resource_id=inputs.action_id,
-                  actor=actor, payload=_ledger_payload(inputs, report, mode=mode, failed_checks=report.failed))
+                  actor=actor, root_principal=report.root_principal, payload=_ledger_payload(inputs, report, mode=mode, failed_checks=report.failed))
     count_on_commit(ENVELOPES.labels("rejected"))
     for item in report.failed:
         count_on_commit(ENVELOPE_FAILED_CHECKS.labels(item["check"], "submission"))
@@ -117,19 +117,22 @@ def _envelope(*, inputs: EnvelopeInputs, report: CheckReport, actor: str, now: d
         commerce_session_ref=report.commerce_session_ref or "", payment_ref=payment_ref,
         delegation_ref=report.delegation_ref or "", callback_url=inputs.callback_url,
         governance_attestations=[_attestation(report, now)], inputs=inputs.as_json(), checks=report.results,
-        submitted_by=actor, created_at=inputs.created_at, accepted_at=now)
+        submitted_by=actor, root_principal=report.root_principal, created_at=inputs.created_at, accepted_at=now)
     envelope.signature = sign_resource(envelope_document(envelope, signed=False))
     return envelope
 
 
-def envelope_validate(*, inputs: EnvelopeInputs, actor: str) -> ActionEnvelope:
-    """Validate only: the signed envelope as it would execute (unsaved); nothing reserved or run."""
-    report = _submission_checks(inputs)
+def envelope_validate(*, inputs: EnvelopeInputs, actor: str, tenants: frozenset[str] | None = None) -> ActionEnvelope:
+    """Validate only: the signed envelope as it would execute (unsaved); nothing reserved or run.
+
+    ``tenants``: those of a caller bound to tenants, for whom other tenants' records do not exist.
+    """
+    report = _submission_checks(inputs, tenants)
     if not report.passed:
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=VALIDATE)
     envelope = _envelope(inputs=inputs, report=report, actor=actor, now=timezone.now())
     ledger_record(event_type="envelope.validated", resource_type="ActionEnvelope", resource_id=inputs.action_id,
-                  actor=actor, payload=_ledger_payload(
+                  actor=actor, root_principal=report.root_principal, payload=_ledger_payload(
                       inputs, report, approval_ref=report.approval_ref,
                       commerce_session_ref=report.commerce_session_ref, delegation_ref=report.delegation_ref,
                       signature_payload_hash=envelope.signature["payload_hash"]))
@@ -171,9 +174,10 @@ def broker_ensure_reachable(*, timeout: float = BROKER_TIMEOUT_SECONDS) -> None:
         raise errors.Unavailable("The message broker is unreachable; nothing was accepted.") from exc
 
 
-def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
-    """Validate and accept for asynchronous execution (``Prefer: respond-async``)."""
-    report = _submission_checks(inputs)
+def envelope_accept(*, inputs: EnvelopeInputs, actor: str, tenants: frozenset[str] | None = None) -> Accepted:
+    """Validate and accept for asynchronous execution (``Prefer: respond-async``); ``tenants`` as for
+    ``envelope_validate``."""
+    report = _submission_checks(inputs, tenants)
     if not report.passed:
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=EXECUTE)
     broker_ensure_reachable()
@@ -192,13 +196,13 @@ def envelope_accept(*, inputs: EnvelopeInputs, actor: str) -> Accepted:
                 created_at=now, updated_at=now)
             outbox_enqueue(task_name=EXECUTE_TASK, args=[operation.operation_id])
             ledger_append(event_type="envelope.accepted", resource_type="ActionEnvelope",
-                          resource_id=envelope.action_id, actor=actor, payload=_ledger_payload(
+                          resource_id=envelope.action_id, actor=actor, root_principal=report.root_principal, payload=_ledger_payload(
                               inputs, report, operation_id=operation.operation_id, payment_ref=envelope.payment_ref,
                               approval_ref=report.approval_ref, commerce_session_ref=report.commerce_session_ref,
                               delegation_ref=report.delegation_ref,
                               signature_payload_hash=envelope.signature["payload_hash"]))
             ledger_append(event_type="operation.created", resource_type="Operation",
-                          resource_id=operation.operation_id, actor=actor,
+                          resource_id=operation.operation_id, actor=actor, root_principal=report.root_principal,
                           payload={**action_trail(envelope), "status": operation.status})
             count_on_commit(ENVELOPES.labels("accepted"))
     except IntegrityError:

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from agp_project import errors
 from agp_project.http.schema import ErrorEnvelopeSerializer, documented, error_responses, read_views
-from agp_project.http.viewsets import AGPViewSet, CreateMixin, query_params
+from agp_project.http.viewsets import NO_TENANT, AGPViewSet, CreateMixin, query_params, tenant_of_write
 from core.ledger import ledger_append_client_event, ledger_events_in_chain
 from core.selectors import (
     checkpoint_document,
@@ -70,13 +70,18 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
     lookup_value_regex = r"[0-9]{1,18}"
     scope_group = "execution"
     filter_fields = {"event_type": "event_type", "resource_type": "resource_type",
-                     "resource_id": "resource_id", "actor": "actor", "task_id": "task_id", "action_id": "action_id"}
+                     "resource_id": "resource_id", "actor": "actor", "task_id": "task_id", "action_id": "action_id",
+                     "root_principal": "root_principal"}
+    # Events of no tenant (API clients, shared policy sets) are shown only to callers of every tenant.
+    tenant_field = "root_principal"
 
     def get_queryset(self):
-        return ledger_events_in_chain()
+        return self.scoped(ledger_events_in_chain())
 
     def perform_create(self, validated, actor):
-        return ledger_append_client_event(actor=actor, **validated)
+        # A client's own event belongs to its tenant; a client of several tenants cannot say which.
+        tenant = None if self.tenants is None else tenant_of_write(self.request, None)
+        return ledger_append_client_event(actor=actor, root_principal=tenant, **validated)
 
     @extend_schema(summary=api_docs.VERIFY_SUMMARY, description=api_docs.VERIFY,
                    responses={200: LedgerAndTreeVerificationSerializer, **error_responses()})
@@ -108,6 +113,8 @@ class LedgerEventViewSet(CreateMixin, AGPViewSet):
     @action(detail=True, methods=["get"], url_path="proof")
     def proof(self, request, sequence=None):
         sizes = query_sizes(request, optional=("tree_size",))
+        self.require_visible(int(sequence))
+
         return Response(ledger_inclusion_proof(sequence=int(sequence), tree_size=sizes["tree_size"]))
 
     @extend_schema(
@@ -133,6 +140,9 @@ class CheckpointViewSet(AGPViewSet):
     lookup_field = "tree_size"
     lookup_value_regex = r"[0-9]{1,18}"
     scope_group = "execution"
+    # Checkpoints reveal hashes, not records: every authenticated client may read them.
+    tenant_field = NO_TENANT
+
 
     def get_object(self):
         tree_size = self.kwargs["tree_size"]

@@ -10,7 +10,10 @@ from rest_framework.views import APIView
 
 from agp_project.http.prefer import EXECUTE, execution_mode, parse_prefer
 from agp_project.http.schema import ErrorEnvelopeSerializer, example, read_views
-from agp_project.http.viewsets import AGPViewSet, CreateMixin, query_params
+from agp_project import errors
+from agp_project.http.viewsets import AGPViewSet, CreateMixin, caller_tenants, query_params, request_sees
+from decision.views import CITED_POLICY_SET
+
 from auth_tokens.permissions import holds_scope
 
 from . import api_docs
@@ -45,6 +48,8 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
     scope_group = "execution"
     filter_fields = {"action_id": "action_id", "task_id": "task_id", "agent_id": "agent_id",
                      "decision_ref": "decision_ref", "tool_id": "tool_id"}
+    tenant_field = "root_principal"
+    agent_fields = ("agent_id",)
 
     def finalize_response(self, request, response, *args, **kwargs):
         # The answer to the same POST depends on Prefer: caches must key on it (C8).
@@ -77,14 +82,14 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
     )
     def create(self, request, *args, **kwargs):
         preferences = parse_prefer(request.META.get("HTTP_PREFER", ""))
-        inputs = envelope_inputs(validated=self.parse())
+        inputs = envelope_inputs(validated=self.parse(self.bind_acting_agent(request.data)))
         if execution_mode(request.META.get("HTTP_PREFER", "")) == EXECUTE:
-            accepted = envelope_accept(inputs=inputs, actor=self.actor)
+            accepted = envelope_accept(inputs=inputs, actor=self.actor, tenants=self.tenants)
             body = operation_representation(accepted.operation, request=request)
             return Response(body, status=status.HTTP_202_ACCEPTED, headers={
                 "Location": body["status_url"], "Operation-Location": body["status_url"],
                 "Preference-Applied": "respond-async", "Retry-After": RETRY_AFTER_SECONDS})
-        envelope = envelope_validate(inputs=inputs, actor=self.actor)
+        envelope = envelope_validate(inputs=inputs, actor=self.actor, tenants=self.tenants)
         headers = {}
         if preferences.get("return") == "representation":
             headers["Preference-Applied"] = "return=representation"
@@ -101,6 +106,7 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
     @action(detail=True, methods=["get"], url_path="evidence")
     def evidence(self, request, action_id=None):
         query_sizes(request)
+        self.require_visible(action_id)
         return Response(action_evidence(action_id=action_id, request=request))
 
 
@@ -126,5 +132,14 @@ class ReplayView(APIView):
     )
     def get(self, request, action_id: str):
         params = query_params(request, self.allowed_params)
+        if caller_tenants(request) is not None:
+            tenant = ActionEnvelope.objects.filter(action_id=action_id).values_list("root_principal", flat=True).first()
+            if not request_sees(request, tenant):
+                raise errors.NotFound(f"No accepted action with id {action_id!r}.")
+            missing = params.get("policy_set_id") and CITED_POLICY_SET.missing(caller_tenants(request),
+                                                                               [params["policy_set_id"]])
+            if missing:
+                raise errors.invalid_fields({"policy_set_id": [f"No policy set with id {missing[0]!r}."]})
+
         return Response(replay_action(action_id=action_id, policy_set_id=params.get("policy_set_id"),
                                       any_policy_set=holds_scope(request, WHAT_IF_SCOPE)))

@@ -4,6 +4,7 @@ services sign what they return."""
 
 from typing import Any
 
+from agp_project.signing import authored
 from agp_project.timeutil import iso
 
 from .models import Delegation, Freeze, PolicySet
@@ -34,6 +35,7 @@ def delegation_document(delegation: Delegation) -> dict[str, Any]:
         "status": str(delegation.status),
         "revoked_at": _iso_or_none(delegation.revoked_at),
         "created_at": iso(delegation.created_at),
+        **authored(delegation),
     }
 
 
@@ -81,6 +83,9 @@ def policy_set_document(policy_set: PolicySet) -> dict[str, Any]:
     # cover a representation without these members, and must still verify.
     if policy_set.shadow_of_id is not None:
         document["shadow_of"] = policy_set.shadow_of_id
+    if policy_set.root_principal is not None:
+        document["root_principal"] = policy_set.root_principal
+    document.update(authored(policy_set))
     if policy_set.tests:
         document["tests"] = list(policy_set.tests)
         document["test_summary"] = policy_set.test_summary
@@ -102,4 +107,7 @@ def freeze_document(freeze: Freeze) -> dict[str, Any]:
         "lifted_by": freeze.lifted_by or None,
         "signature": freeze.signature or None,
         "created_at": iso(freeze.created_at),
+        **({"root_principal": freeze.root_principal} if freeze.root_principal is not None else {}),
+        **authored(freeze),
     }
+

@@ -32,6 +32,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
     status = FSMField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN, db_index=True,
                       protected=True)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     def __str__(self):
         return self.task_id
@@ -85,6 +86,7 @@ class Delegation(models.Model):
     status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     class Meta:
         indexes = [
@@ -151,7 +153,10 @@ class PolicySet(ConcurrentTransitionMixin, models.Model):
     shadow_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="shadows",
                                   to_field="policy_set_id", db_column="shadow_of")
     signature = ExactJSONField(default=dict)
+    # The tenant (root principal) it belongs to; null: of no tenant (a shared set, made by an operator, that every tenant may use).
+    root_principal = models.CharField(max_length=128, null=True, blank=True, db_index=True)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     def __str__(self):
         return f"{self.policy_set_id} ({self.name} {self.version})"
@@ -176,6 +181,7 @@ class Capability(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     class Meta:
         verbose_name_plural = "capabilities"
@@ -201,7 +207,10 @@ class Skill(models.Model):
     tool_pins = ExactJSONField(default=list, blank=True)
     supersedes = models.CharField(max_length=128, null=True, blank=True)
     status = models.CharField(max_length=16, choices=SkillStatus.choices, default=SkillStatus.ACTIVE)
+    # The tenant (root principal) it belongs to; null: of no tenant (registered by an operator for the agent wherever it acts).
+    root_principal = models.CharField(max_length=128, null=True, blank=True, db_index=True)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     class Meta:
         indexes = [models.Index(fields=["agent_id", "tool_id", "status"], name="skill_agent_tool")]
@@ -220,6 +229,7 @@ class LiabilityBinding(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     def __str__(self):
         return self.binding_id
@@ -240,7 +250,10 @@ class Revocation(models.Model):
     reason = models.TextField(blank=True, default="")
     revoked_by = models.CharField(max_length=128, blank=True, default="")
     revoked_at = models.DateTimeField()
+    # The tenant (root principal) it belongs to; null: of no tenant (an operator's revocation of what spans tenants).
+    root_principal = models.CharField(max_length=128, null=True, blank=True, db_index=True)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     class Meta:
         constraints = [
@@ -271,8 +284,11 @@ class Freeze(ConcurrentTransitionMixin, models.Model):
     status = FSMField(max_length=16, choices=FreezeStatus.choices, default=FreezeStatus.ACTIVE, protected=True)
     lifted_at = models.DateTimeField(null=True, blank=True)
     lifted_by = models.CharField(max_length=128, blank=True, default="")
+    # The tenant (root principal) it belongs to; null: of no tenant (an operator's freeze, which stops its target in every tenant).
+    root_principal = models.CharField(max_length=128, null=True, blank=True, db_index=True)
     signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     class Meta:
         indexes = [

@@ -18,7 +18,7 @@ SCOPE_PATTERN = re.compile(r"^(?:[A-Za-z0-9._:/-]{1,255}\*?|\*)$")
 
 
 def is_valid_scope(scope: str) -> bool:
-    return isinstance(scope, str) and bool(SCOPE_PATTERN.match(scope))
+    return isinstance(scope, str) and bool(SCOPE_PATTERN.fullmatch(scope))
 
 
 def scope_covered_by(granted: str, requested: str) -> bool:

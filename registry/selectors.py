@@ -46,14 +46,19 @@ def freezes_matching(*, agent_id: Any = None, root_principal: Any = None, tool_i
     those naming its agent, its root principal or its tool (one query).
 
     A value left None is not matched (a delegation names no tool); each may be an
-    expression such as ``OuterRef("root_principal")`` inside a subquery.
+    expression such as ``OuterRef("root_principal")`` inside a subquery. A freeze bound to
+    one tenant matches only when ``root_principal`` is that tenant.
     """
     match = Q(target_type=FreezeTarget.ALL)
     for target_type, value in ((FreezeTarget.AGENT, agent_id), (FreezeTarget.ROOT_PRINCIPAL, root_principal),
                                (FreezeTarget.TOOL, tool_id)):
         if value is not None:
             match |= Q(target_type=target_type, target_id=value)
-    return Freeze.objects.filter(match, status=FreezeStatus.ACTIVE).order_by("pk")
+    reach = Q(root_principal__isnull=True)
+    if root_principal is not None:
+        reach |= Q(root_principal=root_principal)
+    return Freeze.objects.filter(match, reach, status=FreezeStatus.ACTIVE).order_by("pk")
+
 
 
 def freeze_summaries(freezes: Iterable[Freeze]) -> list[dict[str, Any]]:

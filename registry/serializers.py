@@ -15,6 +15,7 @@ from rest_framework import serializers
 from agp_project.http.serializers import (
     IdField,
     MoneySerializer,
+    PatternField,
     SignatureSerializer,
     StrictSerializer,
 )
@@ -58,11 +59,24 @@ class AgentField(serializers.CharField):
 
     def __init__(self, **kwargs):
         kwargs.setdefault("max_length", NAME_MAX)
+        # Refused, not trimmed: "acme\n" is not the principal "acme".
+        kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not value.isprintable() or value != value.strip():
+            raise serializers.ValidationError("Must be printable, without surrounding spaces or line breaks.")
+        return value
 
 
 class ScopeField(serializers.CharField):
+    def __init__(self, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)  # "crm:read\n" is refused, not read as "crm:read"
+        super().__init__(**kwargs)
+
     def to_internal_value(self, data):
+
         value = super().to_internal_value(data)
         if not is_valid_scope(value):
             raise serializers.ValidationError(
@@ -97,6 +111,7 @@ class DelegationChainSerializer(StrictSerializer):
     status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)
     revoked_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def validate_authority_scope(self, value):
         return _unique(value, "authority_scope")
@@ -140,7 +155,7 @@ class PolicySetSerializer(StrictSerializer):
                                                   required=False, max_length=50)
     jurisdictions = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=100)
     ruleset = serializers.CharField(trim_whitespace=False, max_length=512 * 1024)
-    ruleset_hash = serializers.RegexField(r"^sha256:[0-9a-f]{64}$", required=False, error_messages={
+    ruleset_hash = PatternField(r"^sha256:[0-9a-f]{64}$", required=False, error_messages={
         "invalid": "Must be 'sha256:' and 64 lowercase hex digits."})
     ruleset_engine = serializers.ChoiceField(choices=[("opa", "opa")], required=False)
     ruleset_engine_version = serializers.CharField(max_length=64, required=False, allow_blank=True)
@@ -157,12 +172,16 @@ class PolicySetSerializer(StrictSerializer):
     # Answered only with ``tests`` (absent otherwise, so not a required member); set by the service.
     test_summary = PolicyTestSummarySerializer(required=False, allow_null=True, help_text=(
         "Set by the service when the set has tests: `{passed, failed}`. Sending it is a 400."))
+    root_principal = AgentField(required=False, allow_null=True, help_text=(
+        "The tenant whose set it is. A client bound to one tenant may leave it out; an operator leaves it out "
+        "for a set every tenant may use."))
     shadow_of = IdField(source="shadow_of_id", required=False, allow_null=True, help_text=(
         "Makes this set a shadow of that (active or deprecated) set: while this one is active, every evaluation "
         "of that set also evaluates this one, after answering, and records the result in `shadow_results`. A "
         "shadow never changes an outcome, and no envelope can cite an evaluation of it."))
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def validate_test_summary(self, value):
         raise serializers.ValidationError("This field is read-only.")
@@ -212,6 +231,7 @@ class TaskSerializer(StrictSerializer):
     action_class = serializers.ChoiceField(choices=ActionClass.choices)
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
 
 class TaskStatusSerializer(StrictSerializer):
@@ -267,7 +287,7 @@ class ParameterRangesField(serializers.Field):
 
     @staticmethod
     def _problem(name, spec) -> str | None:
-        if not re.match(PARAMETER_NAME, name):
+        if not re.fullmatch(PARAMETER_NAME, name):
             return "A parameter name is a letter or _ then letters, digits, _ . - (64 at most)."
         if not isinstance(spec, dict) or not spec:
             return 'Expected {"min": n, "max": n} or {"enum": [...]}.'
@@ -303,14 +323,15 @@ class CapabilitySerializer(StrictSerializer):
     capability_id = IdField(required=False)
     agent_id = AgentField()
     delegation_id = IdField()
-    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
+    tool_id = PatternField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
     operations = serializers.ListField(
-        child=serializers.RegexField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE}),
+        child=PatternField(OPERATION_PATTERN, error_messages={"invalid": OPERATION_MESSAGE}),
         min_length=1, max_length=100)
     allowed_parameter_ranges = ParameterRangesField(required=False)
     expires_at = serializers.DateTimeField(required=False)
     status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def validate_operations(self, value):
         return _unique(value, "operations")
@@ -350,7 +371,7 @@ class SkillSerializer(StrictSerializer):
     agent_id = AgentField()
     name = serializers.CharField(max_length=256)
     version = serializers.CharField(max_length=64, required=False, allow_blank=True)
-    tool_id = serializers.RegexField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
+    tool_id = PatternField(TOOL_PATTERN, error_messages={"invalid": TOOL_MESSAGE})
     connector = serializers.ChoiceField(choices=Connector.choices, required=False)
     endpoint_url = HttpUrlField(max_length=1024, required=False, allow_blank=True,
                                 help_text="Required for the http and mcp connectors; checked against SSRF at "
@@ -366,7 +387,11 @@ class SkillSerializer(StrictSerializer):
                          help_text="The active skill (same agent_id and tool_id) this one replaces; it becomes "
                                    "superseded.")
     status = serializers.ChoiceField(choices=SkillStatus.choices, read_only=True)
+    root_principal = AgentField(required=False, allow_null=True, help_text=(
+        "The tenant whose tasks the skill executes. A client bound to one tenant may leave it out; an operator "
+        "leaves it out for a skill the agent uses in every tenant."))
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def validate(self, attrs):
         connector = attrs.get("connector")
@@ -396,6 +421,7 @@ class LiabilityBindingSerializer(StrictSerializer):
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
 
 # --- revocations --------------------------------------------------------------------------
@@ -411,7 +437,10 @@ class RevocationSerializer(StrictSerializer):
     revoked_by = serializers.CharField(max_length=128, required=False, allow_blank=True,
                                        help_text="Defaults to the calling client.")
     revoked_at = serializers.DateTimeField(read_only=True)
+    root_principal = serializers.CharField(read_only=True, allow_null=True,
+                                           help_text="The tenant of what was revoked; null when it spans tenants.")
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
 
 
@@ -435,8 +464,12 @@ class FreezeSerializer(StrictSerializer):
     status = serializers.ChoiceField(choices=FreezeStatus.choices, read_only=True)
     lifted_at = serializers.DateTimeField(read_only=True, allow_null=True)
     lifted_by = serializers.CharField(read_only=True, allow_null=True)
+    root_principal = AgentField(required=False, allow_null=True, help_text=(
+        "The one tenant the freeze reaches (a person's freeze of an agent of one of their tenants); left out by "
+        "an operator, it reaches every tenant. For target_type root_principal it is the target."))
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
+    created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
 
     def validate(self, attrs):
         target_type, target_id = attrs["target_type"], attrs.get("target_id")
@@ -445,7 +478,7 @@ class FreezeSerializer(StrictSerializer):
                 raise serializers.ValidationError({"target_id": ["Must be absent when target_type is 'all'."]})
         elif not target_id:
             raise serializers.ValidationError({"target_id": [f"Required when target_type is {target_type!r}."]})
-        elif target_type == FreezeTarget.TOOL and not re.match(TOOL_PATTERN, target_id):
+        elif target_type == FreezeTarget.TOOL and not re.fullmatch(TOOL_PATTERN, target_id):
             raise serializers.ValidationError({"target_id": [TOOL_MESSAGE]})
         return attrs
 

@@ -31,7 +31,12 @@ else
   stamp_input="$(cat requirements.lock)"
 fi
 stamp="$(printf '%s' "$stamp_input" | sha256sum | cut -d' ' -f1)"
-stamp_file="$VENV/.agp-install-stamp"
+# Two stamps: what the checkout's own start installed (the pinned set and the project), and
+# what a start with AGP_VENV needs (the pinned set). A run with AGP_VENV pointing at .venv
+# (the tests' scripts/serve does) must not overwrite the first, or the next plain start
+# would install everything again.
+deps_stamp="$(printf '%s' "$(cat requirements.lock)" | sha256sum | cut -d' ' -f1)"
+if [ "$OWN_VENV" = 1 ]; then stamp_file="$VENV/.agp-install-stamp"; else stamp_file="$VENV/.agp-install-stamp-deps"; fi
 if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]; then
   echo "==> installing the pinned dependencies into $VENV"
   pip_log="$(mktemp)"
@@ -47,7 +52,9 @@ if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]; then
   fi
   rm -f "$pip_log"
   printf '%s\n' "$stamp" > "$stamp_file"
+  printf '%s\n' "$deps_stamp" > "$VENV/.agp-install-stamp-deps"
 fi
+
 
 # The checkout comes first on the path, whichever venv runs it.
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"

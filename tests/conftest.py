@@ -1,8 +1,8 @@
 """Shared fixtures: an API client, tokens, the tests' Redis, and the PostgreSQL guard.
 
 Tests marked ``postgres`` need PostgreSQL (row locks, concurrent transactions). On SQLite
-they are skipped, except when ``AGP_REQUIRE_POSTGRES=1`` (set by ``.ci/run``): then a
-missing PostgreSQL fails the run instead of silently skipping.
+they are deselected (the header says so), except when ``AGP_REQUIRE_POSTGRES=1`` (set by
+``.ci/run``): then a missing PostgreSQL fails the run instead of silently leaving them out.
 
 Tests that use Redis get it from ``redis_url`` (tests/redis_server.py) and nowhere else;
 they are marked ``redis`` automatically.
@@ -22,6 +22,7 @@ AUTH_SECRET = "test-auth-secret-0123456789abcdef0123456789abcdef"
 
 
 OWNED_REDIS = pytest.StashKey[OwnedDatabase]()
+
 
 
 def pytest_sessionstart(session):
@@ -54,12 +55,23 @@ def pytest_collection_modifyitems(config, items):
     required = os.environ.get("AGP_REQUIRE_POSTGRES") == "1"
     if on_postgres:
         return
-    for item in items:
-        if "postgres" in item.keywords:
-            if required:
-                item.add_marker(pytest.mark.usefixtures("_postgres_required"))
-            else:
-                item.add_marker(pytest.mark.skip(reason="needs PostgreSQL (set AGP_DATABASE_URL)"))
+    postgres_only = [item for item in items if "postgres" in item.keywords]
+    if required:
+        for item in postgres_only:
+            item.add_marker(pytest.mark.usefixtures("_postgres_required"))
+    elif postgres_only:
+        # Not run, and said once in the header (pytest_report_header) and the "deselected" count,
+        # rather than one SKIPPED line per test.
+        config.hook.pytest_deselected(items=postgres_only)
+        items[:] = [item for item in items if "postgres" not in item.keywords]
+
+
+def pytest_report_header(config):
+    from django.conf import settings
+
+    if not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        return "database: SQLite; the PostgreSQL-only tests are deselected (set AGP_DATABASE_URL to run them)"
+    return "database: PostgreSQL"
 
 
 @pytest.fixture
@@ -99,7 +111,7 @@ def make_token(db, auth_settings):
     from auth_tokens.services import token_issue
 
     def _make(scopes=ALL_SCOPES, client_id="test-client"):
-        client, _ = Client.objects.get_or_create(client_id=client_id, defaults={"scopes": list(ALL_SCOPES)})
+        client, _ = Client.objects.get_or_create(client_id=client_id, defaults={"scopes": list(ALL_SCOPES), "kind": "operator"})
         return token_issue(client=client, scopes=list(scopes))["access_token"]
 
     return _make

@@ -200,7 +200,24 @@ def response_patterns(result, generator, request, public):
     return result
 
 
+# Members a signed document carries only when they were recorded: records made before authors
+# were recorded are signed without them (``agp_project.signing.authored``).
+WHEN_SET_MEMBERS = ("created_by", "approver_client")
+
+
+def members_when_set(result, generator, request, public):
+    """Response schemas do not require ``WHEN_SET_MEMBERS``."""
+    for name, schema in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request") or "required" not in schema:
+            continue
+        schema["required"] = [member for member in schema["required"] if member not in WHEN_SET_MEMBERS]
+        if not schema["required"]:
+            del schema["required"]
+    return result
+
+
 def plain_component_descriptions(result, generator, request, public):
+
     """A component without a description of its own inherits its base serializer's docstring, which
     describes our code, not the API: such descriptions are dropped."""
     from .serializers import StrictSerializer

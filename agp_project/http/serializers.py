@@ -4,6 +4,8 @@ import re
 from datetime import datetime
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db import connection
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -111,7 +113,31 @@ class StrictSerializer(serializers.Serializer):
         return data
 
 
-class IdField(serializers.RegexField):
+class WholeMatchRegexValidator(RegexValidator):
+    """A ``RegexValidator`` that must match the whole value.
+
+    ``RegexValidator`` searches, and ``$`` also matches before a final newline, so
+    ``^[a-z]+$`` lets ``"abc\\n"`` through: an id with a newline would be stored and logged.
+    The pattern text stays the anchored one the OpenAPI document shows.
+    """
+
+    def __call__(self, value):
+        if not isinstance(value, str) or not self.regex.fullmatch(value):
+            raise ValidationError(self.message, code=self.code, params={"value": value})
+
+
+class PatternField(serializers.RegexField):
+    """A string field whose pattern must match the whole value (see ``WholeMatchRegexValidator``)."""
+
+    def __init__(self, regex, **kwargs):
+        # Refused, not trimmed: "abc\\n" is not the id "abc".
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(regex, **kwargs)
+        self.validators = [WholeMatchRegexValidator(validator.regex, message=validator.message)
+                           if type(validator) is RegexValidator else validator for validator in self.validators]
+
+
+class IdField(PatternField):
     """A resource identifier: 1-128 characters of ``[A-Za-z0-9._:-]``."""
 
     # A class default, not set after __init__: RegexField builds its validator from the

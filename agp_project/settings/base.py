@@ -359,6 +359,8 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "agp_project.http.schema.shared_responses",
         "agp_project.http.schema.response_patterns",
+        "agp_project.http.schema.members_when_set",
+
         "agp_project.http.schema.plain_component_descriptions",
         "auth_tokens.schema.token_endpoint",
     ],

@@ -1,5 +1,22 @@
-"""Test settings: the base settings with a fast password hasher."""
+"""Test settings: the base settings with a fast password hasher, and a broker folder of their own."""
+
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
 
 from .base import *  # noqa: F403
+from .base import CELERY_BROKER_TRANSPORT_OPTIONS, CELERY_BROKER_URL
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # Messages a test publishes with no worker to take them go to a folder of this process,
+    # removed when it ends: never to var/broker, where the next scripts/serve's worker would
+    # find them. Tests that run a worker give it a broker of their own (tests/execution/worker.py).
+    BROKER_DIR = Path(tempfile.mkdtemp(prefix="agp-test-broker-"))
+    (BROKER_DIR / "control").mkdir()
+    atexit.register(shutil.rmtree, BROKER_DIR, ignore_errors=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {**CELERY_BROKER_TRANSPORT_OPTIONS, "data_folder_in": str(BROKER_DIR),
+                                       "data_folder_out": str(BROKER_DIR),
+                                       "control_folder": str(BROKER_DIR / "control")}

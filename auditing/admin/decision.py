@@ -44,6 +44,7 @@ class DecisionLinkMixin:
 
 @admin.register(Context)
 class ContextAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
+    tenant_field = "task__root_principal"
     list_display = ("context_id", "task_link", "agent_id", "content_hash", "created_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, "created_at")
     search_fields = ("context_id", "=task__task_id", "agent_id", "=content_hash")
@@ -59,6 +60,7 @@ class ContextAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
 
 @admin.register(EvidenceBundle)
 class EvidenceBundleAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
+    tenant_field = "task__root_principal"
     list_display = ("bundle_id", "task_link", "item_count", "bundle_hash", "created_at")
     list_filter = (TASK_FILTER, "created_at")
     search_fields = ("bundle_id", "=task__task_id", "=bundle_hash")
@@ -82,6 +84,7 @@ class EvidenceBundleAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
 
 @admin.register(PolicyEvaluation)
 class PolicyEvaluationAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
+    tenant_field = "task__root_principal"
     list_display = ("evaluation_id", "policy_set_link", "task_link", "agent_id", "allowed", "require_approval",
                     "evaluated_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, id_filter("policy set", "policy_set_id"), "allowed",
@@ -121,6 +124,7 @@ class PolicyEvaluationAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
 
 @admin.register(Decision)
 class DecisionAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
+    tenant_field = "task__root_principal"
     list_display = ("decision_id", "task_link", "task_risk", "agent_id", "outcome", "status", "evaluation",
                     "finalised_at", "created_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, DECISION_FILTER, id_filter("policy evaluation", "policy_evaluation_id"),
@@ -162,6 +166,7 @@ class DecisionAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
 
 @admin.register(ImpactAssessment)
 class ImpactAssessmentAdmin(TaskLinkMixin, DecisionLinkMixin, ReadOnlyModelAdmin):
+    tenant_field = "task__root_principal"
     list_display = ("assessment_id", "task_link", "decision_link", "agent_id", "recommendation", "assessed_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, DECISION_FILTER, "recommendation", "assessed_at")
     search_fields = ("assessment_id", "=task__task_id", "=decision__decision_id", "agent_id")
@@ -171,6 +176,7 @@ class ImpactAssessmentAdmin(TaskLinkMixin, DecisionLinkMixin, ReadOnlyModelAdmin
 
 @admin.register(Approval)
 class ApprovalAdmin(ReadOnlyModelAdmin):
+    tenant_field = "decision__task__root_principal"
     list_display = ("approval_id", "decision_link", "task_link", "approver", "verdict", "expires_at", "created_at")
     list_filter = (id_filter("task", "task_id", "decision__task_id"),
                    id_filter("agent", "agent_id", "decision__agent_id"), DECISION_FILTER, "verdict", "created_at",
@@ -191,6 +197,7 @@ class ApprovalAdmin(ReadOnlyModelAdmin):
 
 @admin.register(Escalation)
 class EscalationAdmin(TaskLinkMixin, DecisionLinkMixin, ReadOnlyModelAdmin):
+    tenant_field = "root_principal"
     list_display = ("escalation_id", "task_link", "decision_link", "action_id", "raised_by", "status", "outcome",
                     "resolved_by", "resolved_at", "created_at")
     list_filter = (TASK_FILTER, id_filter("agent", "agent_id", "decision__agent_id"), DECISION_FILTER,
@@ -203,6 +210,7 @@ class EscalationAdmin(TaskLinkMixin, DecisionLinkMixin, ReadOnlyModelAdmin):
 
 @admin.register(CommerceSession)
 class CommerceSessionAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
+    tenant_field = "task__root_principal"
     list_display = ("session_id", "task_link", "agent_id", "delegation_link", "merchant", "currency", "amount_limit",
                     "reserved_amount", "spent_amount", "status", "expires_at")
     list_filter = (TASK_FILTER, AGENT_FILTER, id_filter("delegation", "delegation_id"), "status", "currency",
@@ -225,6 +233,7 @@ class CommerceSessionAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
 @admin.register(Backtest)
 class BacktestAdmin(ReadOnlyModelAdmin):
     """A candidate policy set re-evaluated over recorded evaluations (C14): its summary and its changes."""
+    tenant_field = "root_principal"
 
     list_display = ("backtest_id", "candidate_link", "status", "evaluations", "newly_denied", "newly_allowed",
                     "approval_changed", "errors", "since", "until", "created_at")

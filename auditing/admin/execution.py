@@ -76,6 +76,7 @@ def checks_table(checks) -> str:
 
 @admin.register(ActionEnvelope)
 class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
+    tenant_field = "root_principal"
     list_display = ("action_id", "task", "agent_id", "tool_id", "operation", "status", "operation_status",
                     "accepted_at")
     list_filter = (id_filter("task", "task_id"), id_filter("agent", "agent_id"), id_filter("decision", "decision_ref"),
@@ -239,6 +240,7 @@ class ActionEnvelopeAdmin(ReadOnlyModelAdmin):
 
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyModelAdmin):
+    tenant_field = "envelope__root_principal"
     list_display = ("operation_id", "envelope_link", "task", "agent", "status", "attempts", "connector",
                     "started_at", "completed_at", "created_at")
     list_filter = (id_filter("task", "task_id", "envelope__task_id"),
@@ -276,6 +278,7 @@ class OperationAdmin(ReadOnlyModelAdmin):
 
 @admin.register(Receipt)
 class ReceiptAdmin(ReadOnlyModelAdmin):
+    tenant_field = "operation__envelope__root_principal"
     list_display = ("receipt_id", "action", "operation_link", "status", "executor", "result_hash_short",
                     "started_at", "completed_at")
     list_filter = (id_filter("task", "task_id", "operation__envelope__task_id"),
@@ -307,6 +310,7 @@ class ReceiptAdmin(ReadOnlyModelAdmin):
 
 @admin.register(Payment)
 class PaymentAdmin(ReadOnlyModelAdmin):
+    tenant_field = "envelope__root_principal"
     list_display = ("payment_id", "action", "session", "amount", "currency", "status", "created_at", "updated_at")
     list_filter = (id_filter("task", "task_id", "envelope__task_id"),
                    id_filter("agent", "agent_id", "envelope__agent_id"), id_filter("commerce session", "session_id"),
@@ -335,6 +339,7 @@ class OutboxMessageAdmin(ReadOnlyModelAdmin):
 
 @admin.register(CallbackAttempt)
 class CallbackAttemptAdmin(ReadOnlyModelAdmin):
+    tenant_field = "operation__envelope__root_principal"
     list_display = ("operation_link", "attempt", "url", "status", "response_status", "attempted_at")
     list_filter = (id_filter("task", "task_id", "operation__envelope__task_id"),
                    id_filter("agent", "agent_id", "operation__envelope__agent_id"), "status", "attempted_at")

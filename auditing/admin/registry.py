@@ -12,6 +12,7 @@ from django.db.models.functions import Cast
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from agp_project.exactjson import decimal_text
 from core.admin_base import (
     LedgeredModelAdmin,
     ReadOnlyModelAdmin,
@@ -48,6 +49,7 @@ MAX_CHAIN_WALK = 64
 
 @admin.register(Task)
 class TaskAdmin(LedgeredModelAdmin):
+    tenant_field = "root_principal"
     ledger_resource_type = "Task"
     ledger_event_prefix = "task"
     id_field = "task_id"
@@ -72,6 +74,7 @@ class TaskAdmin(LedgeredModelAdmin):
 
 @admin.register(Delegation)
 class DelegationAdmin(ReadOnlyModelAdmin):
+    tenant_field = "root_principal"
     list_display = ("delegation_id", "root_principal", "delegator_agent", "delegate_agent", "scope", "depth",
                     "max_hops_remaining", "status", "expires_at", "accepted_at")
     list_filter = (id_filter("agent", "agent_id", "delegator_agent", "delegate_agent"), PRINCIPAL_FILTER,
@@ -112,7 +115,7 @@ class DelegationAdmin(ReadOnlyModelAdmin):
     def chain_to_root(self, obj):
         rows = []
         for link in self._ancestors(obj):
-            spend = f"{link.spend_amount} {link.spend_currency}" if link.spend_amount is not None else "none"
+            spend = f"{decimal_text(link.spend_amount)} {link.spend_currency}" if link.spend_amount is not None else "none"
             name = format_html("<strong>{} (this delegation)</strong>", link.delegation_id) if link.pk == obj.pk \
                 else admin_link(link, link.delegation_id)
             rows.append([link.depth, name, f"{link.delegator_agent} → {link.delegate_agent}",
@@ -141,6 +144,8 @@ class DelegationAdmin(ReadOnlyModelAdmin):
 
 @admin.register(PolicySet)
 class PolicySetAdmin(ReadOnlyModelAdmin):
+    tenant_field = "root_principal"
+    shared_when_no_tenant = True
     list_display = ("policy_set_id", "name", "version", "status", "attestation_level", "publisher",
                     "effective_from", "expires_at", "created_at")
     list_filter = (id_filter("policy set", "policy_set_id"), "status", "attestation_level", "ruleset_engine",
@@ -199,6 +204,7 @@ def shadow_agreement(*, primary: PolicySet, shadow: PolicySet) -> tuple[int, int
 
 @admin.register(Capability)
 class CapabilityAdmin(ReadOnlyModelAdmin):
+    tenant_field = "delegation__root_principal"
     list_display = ("capability_id", "agent_id", "delegation_link", "tool_id", "operation_list", "status",
                     "expires_at", "created_at")
     list_filter = (AGENT_FILTER, id_filter("delegation", "delegation_id"), "status", "tool_id", "created_at",
@@ -226,6 +232,7 @@ class CapabilityAdmin(ReadOnlyModelAdmin):
 
 @admin.register(Skill)
 class SkillAdmin(LedgeredModelAdmin):
+    tenant_field = "root_principal"
     ledger_resource_type = "Skill"
     ledger_event_prefix = "skill"
     id_field = "skill_id"
@@ -242,6 +249,7 @@ class SkillAdmin(LedgeredModelAdmin):
 
 @admin.register(LiabilityBinding)
 class LiabilityBindingAdmin(LedgeredModelAdmin):
+    tenant_field = "root_principal"
     ledger_resource_type = "LiabilityBinding"
     ledger_event_prefix = "liability_binding"
     id_field = "binding_id"
@@ -258,7 +266,7 @@ class LiabilityBindingAdmin(LedgeredModelAdmin):
     def coverage(self, obj):
         if obj.coverage_amount is None:
             return "-"
-        return f"{obj.coverage_amount} {obj.coverage_currency or ''}".strip()
+        return f"{decimal_text(obj.coverage_amount) if obj.coverage_amount is not None else ''} {obj.coverage_currency or ''}".strip()
 
 
 # Revocation targets -> (model, id field) for the link from a revocation to what it revoked.
@@ -274,6 +282,7 @@ REVOCATION_TARGETS = {
 
 @admin.register(Revocation)
 class RevocationAdmin(ReadOnlyModelAdmin):
+    tenant_field = "root_principal"
     list_display = ("revocation_id", "target_type", "target", "reason", "revoked_by", "revoked_at")
     list_filter = (id_filter("target", "target_id"), "target_type", "revoked_by", "revoked_at")
     search_fields = ("revocation_id", "target_id", "revoked_by", "reason")
@@ -295,6 +304,7 @@ MAX_CANCELLED_SHOWN = 50
 @admin.register(Freeze)
 class FreezeAdmin(ReadOnlyModelAdmin):
     """Emergency stops (C13): created and lifted only through the API or manage.py freeze / unfreeze."""
+    tenant_field = "root_principal"
 
     list_display = ("freeze_id", "target_type", "target", "status", "reason", "frozen_by", "created_at",
                     "lifted_at", "lifted_by")

@@ -79,9 +79,8 @@ def _serve() -> None:
         except MemoryError:
             _answer({"memory": True})
             continue
-        _answer({"allow": result.allow, "require_approval": result.require_approval,
-                 "reasons": list(result.reasons), "errors": list(result.errors), "engine": result.engine,
-                 "package": result.package})
+        _answer(result.as_answer())
+
 
 
 if __name__ == "__main__":

@@ -70,5 +70,7 @@ def evaluate(*, base_url: str, package: str, input: dict[str, Any], timeout: flo
         return failure("OPA evaluation error: the package document is not an object", engine=ENGINE_NAME,
                        package=package)
     values = RuleValues(allow=document.get("allow"), require_approval=document.get("require_approval"),
-                        deny=document.get("deny"))
+                        deny=document.get("deny"), approvals_required=document.get("approvals_required"),
+                        signed_approvals_required=document.get("signed_approvals_required"))
+
     return decide(values, engine=ENGINE_NAME, package=package)

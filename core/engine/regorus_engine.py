@@ -23,7 +23,8 @@ import regorus
 from .result import EvaluationResult, RuleValues, clean_error, decide, failure
 
 ENGINE_NAME = "regorus"
-RULES = ("allow", "require_approval", "deny")
+RULES = ("allow", "require_approval", "deny", "approvals_required", "signed_approvals_required")
+
 DEFAULT_CACHE_SIZE = 256
 POLICY_PATH = "policy.rego"
 _UNDEFINED_JSON = '"<undefined>"'

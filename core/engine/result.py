@@ -5,6 +5,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_REASON_CHARS = 2000
+# More approvers than any policy could mean; a larger number is a ruleset error.
+MAX_APPROVALS_REQUIRED = 20
+
 _BACKTRACE_MARKER = "Stack backtrace:"
 
 
@@ -23,10 +26,33 @@ class EvaluationResult:
     errors: tuple[str, ...] = ()
     engine: str = "regorus"
     package: str | None = None
+    # How many people, with distinct subjects, must approve (the rule ``approvals_required``;
+    # by default 1 when ``require_approval`` holds, else 0), and whether only approvals the
+    # approvers signed count (``signed_approvals_required``).
+    approvals_required: int = 0
+    signed_approvals_required: bool = False
 
     def as_result(self) -> dict[str, Any]:
         """The stored and rendered ``result`` object."""
-        return {"allow": self.allow, "require_approval": self.require_approval, "reasons": list(self.reasons)}
+        result = {"allow": self.allow, "require_approval": self.require_approval,
+                  "approvals_required": self.approvals_required, "reasons": list(self.reasons)}
+        if self.signed_approvals_required:
+            result["signed_approvals_required"] = True
+        return result
+
+    def as_answer(self) -> dict[str, Any]:
+        """Every field, as JSON (how an engine process hands a result back)."""
+        return {"allow": self.allow, "require_approval": self.require_approval, "reasons": list(self.reasons),
+                "errors": list(self.errors), "engine": self.engine, "package": self.package,
+                "approvals_required": self.approvals_required,
+                "signed_approvals_required": self.signed_approvals_required}
+
+    @classmethod
+    def from_answer(cls, answer: dict[str, Any]) -> "EvaluationResult":
+        return cls(allow=answer["allow"], require_approval=answer["require_approval"],
+                   reasons=tuple(answer["reasons"]), errors=tuple(answer["errors"]), engine=answer["engine"],
+                   package=answer["package"], approvals_required=answer["approvals_required"],
+                   signed_approvals_required=answer["signed_approvals_required"])
 
 
 @dataclass
@@ -36,6 +62,8 @@ class RuleValues:
     allow: Any = None
     require_approval: Any = None
     deny: Any = None
+    approvals_required: Any = None
+    signed_approvals_required: Any = None
     errors: list[str] = field(default_factory=list)
 
 
@@ -86,10 +114,23 @@ def decide(values: RuleValues, *, engine: str, package: str | None) -> Evaluatio
         # Unknown means the careful answer: a human looks at it.
         require_approval = True
 
+    approvals = values.approvals_required
+    if approvals is not None and (isinstance(approvals, bool) or not isinstance(approvals, int)
+                                  or not 0 <= approvals <= MAX_APPROVALS_REQUIRED):
+        errors.append(f"policy result error: approvals_required must be an integer from 0 to "
+                      f"{MAX_APPROVALS_REQUIRED}, got {approvals!r}")
+        approvals = MAX_APPROVALS_REQUIRED
+    signed = values.signed_approvals_required
+    if signed is not None and not isinstance(signed, bool):
+        errors.append(f"policy result error: signed_approvals_required must be a boolean, got {type(signed).__name__}")
+        signed = True
+    if approvals is None:
+        approvals = 1 if require_approval is True else 0
     reasons.extend(errors)
     allowed = allow is True and not deny_items and not errors
-    return EvaluationResult(allow=allowed, require_approval=require_approval is True, reasons=tuple(reasons),
-                            errors=tuple(errors), engine=engine, package=package)
+    return EvaluationResult(allow=allowed, require_approval=require_approval is True or approvals > 0,
+                            reasons=tuple(reasons), errors=tuple(errors), engine=engine, package=package,
+                            approvals_required=approvals, signed_approvals_required=signed is True)
 
 
 def failure(message: str, *, engine: str, package: str | None = None) -> EvaluationResult:

@@ -317,9 +317,8 @@ def evaluate(*, ruleset: str, ruleset_hash: str, input_json: str, use_cache: boo
                             "use_cache": use_cache}, input_json, limits)
         if answer.get("memory"):
             raise _Outcome("memory")
-        return EvaluationResult(allow=answer["allow"], require_approval=answer["require_approval"],
-                                reasons=tuple(answer["reasons"]), errors=tuple(answer["errors"]),
-                                engine=answer["engine"], package=answer["package"])
+        return EvaluationResult.from_answer(answer)
+
     return _bounded(run)
 
 

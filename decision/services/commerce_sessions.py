@@ -7,6 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agp_project import errors
+from agp_project.exactjson import decimal_text
 from agp_project.ids import new_id
 from core.ledger import ledger_append
 from registry.models import Delegation
@@ -50,7 +51,7 @@ def commerce_session_create(*, actor: str, task_id: str, agent_id: str, delegati
                         f"{delegation.spend_currency}")
     elif amount_limit > delegation.spend_amount:
         problems.append(f"amount_limit {amount_limit} exceeds the delegation's spend limit "
-                        f"{delegation.spend_amount} {delegation.spend_currency}")
+                        f"{decimal_text(delegation.spend_amount)} {delegation.spend_currency}")
     if expires_at is not None and delegation.expires_at is not None and expires_at > delegation.expires_at:
         problems.append("expires_at is later than the delegation's expires_at")
     if problems:
@@ -61,8 +62,9 @@ def commerce_session_create(*, actor: str, task_id: str, agent_id: str, delegati
             currency=currency, amount_limit=amount_limit,
             # Omitted, the session lasts as long as the delegation that funds it.
             expires_at=expires_at if expires_at is not None else delegation.expires_at,
-            created_at=record_created_at(created_at, now))
+            created_at=record_created_at(created_at, now), created_by=actor)
         ledger_append(event_type="commerce_session.created", resource_type="CommerceSession", resource_id=session_id,
-                      actor=actor, payload={"task_id": task_id, "agent_id": agent_id, "delegation_id": delegation_id,
+                      actor=actor, root_principal=task.root_principal, payload=
+{"task_id": task_id, "agent_id": agent_id, "delegation_id": delegation_id,
                                             "currency": currency, "amount_limit": str(amount_limit)})
     return session

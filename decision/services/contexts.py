@@ -21,9 +21,10 @@ def context_create(*, actor: str, task_id: str, data: dict[str, Any], agent_id: 
     digest = hash_of(data, "data")
     with unique_id("context", "context_id", context_id), transaction.atomic():
         context = Context.objects.create(context_id=context_id, task=task, agent_id=agent_id, data=data,
-                                         content_hash=digest, created_at=record_created_at(created_at))
+                                         content_hash=digest, created_at=record_created_at(created_at),
+                                         created_by=actor)
         ledger_append(event_type="context.created", resource_type="Context", resource_id=context_id,
-                      actor=actor, payload={"task_id": task_id, "content_hash": digest})
+                      actor=actor, root_principal=task.root_principal, payload={"task_id": task_id, "content_hash": digest})
     return context
 
 
@@ -36,7 +37,8 @@ def evidence_bundle_create(*, actor: str, task_id: str, items: Sequence[dict[str
     digest = hash_of(items, "items")
     with unique_id("evidence bundle", "bundle_id", bundle_id), transaction.atomic():
         bundle = EvidenceBundle.objects.create(bundle_id=bundle_id, task=task, items=items, bundle_hash=digest,
-                                               created_at=record_created_at(created_at))
+                                               created_at=record_created_at(created_at), created_by=actor)
         ledger_append(event_type="evidence_bundle.created", resource_type="EvidenceBundle", resource_id=bundle_id,
-                      actor=actor, payload={"task_id": task_id, "bundle_hash": digest, "items": len(items)})
+                      actor=actor, root_principal=task.root_principal, payload=
+{"task_id": task_id, "bundle_hash": digest, "items": len(items)})
     return bundle

@@ -56,9 +56,9 @@ def decision_create(*, actor: str, task_id: str, agent_id: str, outcome: str, ra
         decision = Decision.objects.create(
             decision_id=decision_id, task=task, agent_id=agent_id, outcome=outcome, rationale=rationale,
             context=context, evidence_refs=evidence_refs, policy_evaluation=evaluation,
-            created_at=record_created_at(created_at))
+            created_at=record_created_at(created_at), created_by=actor)
         ledger_append(event_type="decision.created", resource_type="Decision", resource_id=decision_id, actor=actor,
-                      payload={"task_id": task_id, "agent_id": agent_id, "outcome": outcome,
+                      root_principal=task.root_principal, payload={"task_id": task_id, "agent_id": agent_id, "outcome": outcome,
                                "context_ref": context_ref, "evidence_refs": evidence_refs,
                                "policy_evaluation_ref": policy_evaluation_ref})
     return decision
@@ -121,5 +121,6 @@ def decision_status_set(*, actor: str, decision_id: str, status: str, now: datet
         except ConcurrentTransition:
             raise errors.InvalidTransition(from_state=DecisionStatus.FINALISED, to_state=status, allowed=[]) from None
         ledger_append(event_type="decision.finalised", resource_type="Decision", resource_id=decision_id,
-                      actor=actor, payload={"task_id": decision.task_id, "outcome": decision.outcome})
+                      actor=actor, root_principal=decision.task.root_principal, payload=
+{"task_id": decision.task_id, "outcome": decision.outcome})
     return decision

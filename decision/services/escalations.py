@@ -17,11 +17,14 @@ from .common import record_created_at, task_required, unique_id
 
 def escalation_create(*, actor: str, raised_by: str, reason: str, task_id: str | None = None,
                       decision_ref: str | None = None, action_id: str | None = None,
-                      escalation_id: str | None = None, created_at: datetime | None = None) -> Escalation:
+                      escalation_id: str | None = None, created_at: datetime | None = None,
+                      root_principal: str | None = None) -> Escalation:
     """An open escalation on a task, a decision and/or an action; it blocks execution until resolved.
 
     A decision's escalation is also its task's; ``action_id`` is not checked, so an
-    escalation can stop an action before it is even submitted.
+    escalation can stop an action before it is even submitted. It belongs to its task's
+    tenant; naming only an action, to ``root_principal`` (the caller's tenant), and it then
+    blocks that action only in that tenant.
     """
     escalation_id = escalation_id or new_id("esc")
     task = task_required(task_id) if task_id else None
@@ -33,12 +36,15 @@ def escalation_create(*, actor: str, raised_by: str, reason: str, task_id: str |
         if task is not None and decision.task_id != task.task_id:
             raise errors.invalid_fields({"decision_ref": [f"Decision {decision_ref!r} is for another task."]})
         task = task or decision.task
+    if task is not None:
+        root_principal = task.root_principal
     with unique_id("escalation", "escalation_id", escalation_id), transaction.atomic():
         escalation = Escalation.objects.create(
             escalation_id=escalation_id, task=task, decision=decision, action_id=action_id or "",
-            raised_by=raised_by, reason=reason, created_at=record_created_at(created_at))
+            raised_by=raised_by, reason=reason, created_at=record_created_at(created_at), created_by=actor,
+            root_principal=root_principal)
         ledger_append(event_type="escalation.created", resource_type="Escalation", resource_id=escalation_id,
-                      actor=actor, payload={"task_id": task.task_id if task else None, "decision_ref": decision_ref,
+                      actor=actor, root_principal=root_principal, payload={"task_id": task.task_id if task else None, "decision_ref": decision_ref,
                                             "action_id": action_id, "raised_by": raised_by})
     return escalation
 
@@ -66,6 +72,7 @@ def escalation_status_set(*, actor: str, escalation_id: str, status: str, outcom
             raise errors.InvalidTransition(from_state=EscalationStatus.RESOLVED, to_state=status,
                                            allowed=[]) from None
         ledger_append(event_type="escalation.resolved", resource_type="Escalation", resource_id=escalation_id,
-                      actor=actor, payload={"task_id": escalation.task_id, "action_id": escalation.action_id or None,
+                      actor=actor, root_principal=escalation.root_principal, payload=
+{"task_id": escalation.task_id, "action_id": escalation.action_id or None,
                                             "outcome": outcome, "resolved_by": resolved_by})
     return escalation

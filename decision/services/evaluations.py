@@ -109,6 +109,9 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             .values("root_principal", "frozen").first())
     if task is None:
         missing["task_id"] = [f"No task with id {task_id!r}."]
+    elif policy_set is not None and policy_set.root_principal not in (None, task["root_principal"]):
+        # Another tenant's set: as if it did not exist (docs/reference/identity.md).
+        missing["policy_set_id"] = [f"No policy set with id {policy_set_id!r}."]
     if missing:
         raise errors.invalid_fields(missing)
     if task["frozen"]:
@@ -139,9 +142,9 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
             input_hash=input_hash, action=action, action_hash=evaluated_action_hash,
             ruleset_hash=policy_set.ruleset_hash, result=result, allowed=outcome.allow,
             require_approval=outcome.require_approval, warnings=_policy_set_warnings(policy_set, now),
-            shadow_results=shadow_results, evaluated_at=now, created_at=created_at)
+            shadow_results=shadow_results, evaluated_at=now, created_at=created_at, created_by=actor)
         ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
-                      resource_id=evaluation_id, actor=actor, payload=payload)
+                      resource_id=evaluation_id, actor=actor, root_principal=task["root_principal"], payload=payload)
         if shadow_ids:
             outbox_enqueue(task_name=SHADOW_TASK, args=[evaluation_id])
     return evaluation
@@ -159,7 +162,7 @@ def policy_evaluation_shadows_record(*, evaluation_id: str) -> int:
     repeated message records nothing. Returns how many shadows it recorded.
     """
     row = (PolicyEvaluation.objects.filter(evaluation_id=evaluation_id)
-           .values("input", "action", "allowed", "shadow_results").first())
+           .values("input", "action", "allowed", "shadow_results", "task__root_principal").first())
     if row is None:
         return 0
     waiting = [shadow_id for shadow_id, shadow in row["shadow_results"].items() if shadow["allow"] is None]
@@ -182,5 +185,6 @@ def policy_evaluation_shadows_record(*, evaluation_id: str) -> int:
             return 0
         evaluation.save(update_fields=["shadow_results"])
         ledger_append(event_type="policy_evaluation.shadowed", resource_type="PolicyEvaluation",
-                      resource_id=evaluation_id, actor=SHADOW_ACTOR, payload={"shadow_results": recorded})
+                      resource_id=evaluation_id, actor=SHADOW_ACTOR, root_principal=row["task__root_principal"],
+                      payload={"shadow_results": recorded})
     return len(recorded)

@@ -74,11 +74,13 @@ def impact_assessment_create(*, actor: str, task_id: str, decision_ref: str, age
             assessment_id=assessment_id, task=task, decision=decision, agent_id=agent_id,
             time_horizons=[dict(item) for item in time_horizons], stakeholders_affected=stakeholders,
             pareto_assessment=pareto, ethical_framework_applied=ethical, recommendation=recommendation,
-            recommendation_rationale=recommendation_rationale, assessed_at=assessed_at, created_at=now)
+            recommendation_rationale=recommendation_rationale, assessed_at=assessed_at, created_at=now,
+            created_by=actor)
         assessment.signature = sign_resource(impact_assessment_document(assessment))
         assessment.save(force_insert=True)
         ledger_append(event_type="impact_assessment.created", resource_type="ImpactAssessment",
-                      resource_id=assessment_id, actor=actor,
-                      payload={"task_id": task_id, "decision_ref": decision_ref, "recommendation": recommendation,
+                      resource_id=assessment_id, actor=actor, root_principal=task.root_principal,
+                      payload={"task_id": task_id,
+ "decision_ref": decision_ref, "recommendation": recommendation,
                                "payload_hash": assessment.signature["payload_hash"]})
     return assessment

@@ -17,7 +17,9 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from auth_tokens.services import auth_enabled
 from registry.selectors import freeze_summaries
+
 
 from .report import CHECK_NAMES, CheckReport, EnvelopeInputs, Outcome
 from .rules import (
@@ -43,7 +45,8 @@ __all__ = ["CHECK_NAMES", "CheckReport", "EnvelopeInputs", "Outcome", "envelope_
 
 
 def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
-                    held_on: str | None = None, new: bool = False) -> CheckReport:
+                    held_on: str | None = None, new: bool = False,
+                    tenants: frozenset[str] | None = None) -> CheckReport:
     """Run all eleven checks on ``inputs``; never stops at the first failure.
 
     ``held_on``: the commerce session on which the envelope already holds a reservation
@@ -53,16 +56,19 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     ``new``: ``inputs`` is a submission (validation or acceptance). When an envelope with
     its ``action_id`` was already accepted, no check runs and the report is
     ``already_accepted`` (and does not pass): the caller answers 409, as for any duplicate id.
+
+    ``tenants``: those of a caller bound to tenants; records of others are not found.
     """
     now = now or timezone.now()
     report = CheckReport(results=[], parameters_hash=inputs.parameters_hash)
     state = envelope_state_load(inputs=inputs, now=now, held_on=held_on, new=new,
-                                amount=usable_amount(inputs.parameters))
+                                amount=usable_amount(inputs.parameters), tenants=tenants)
     if state.already_accepted:
         report.already_accepted = True
         return report
     task = state.task
     report.action_class = task.action_class if task is not None else None
+    report.root_principal = task.root_principal if task is not None else None
 
     found = check_delegation(task=task, inputs=inputs, candidates=state.candidates, links=state.links, now=now)
     spending = state.spending
@@ -84,11 +90,13 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
         report.skill_connector, report.skill_endpoint_url = state.skill.connector, state.skill.endpoint_url
         report.skill_tool_pins = state.skill.tool_pins or []
         report.skill_executor_client_id = state.skill.executor_client_id
-    approval_outcome, approval = check_approval(approval=state.approval, task=task, evaluation=state.evaluation,
-                                                inputs=inputs)
-    if approval is not None:
-        report.approval_ref = approval.approval_id
-        report.approval_conditions = [str(item) for item in (approval.conditions or [])]
+    approval_outcome, approvals = check_approval(approvals=state.approvals, task=task, evaluation=state.evaluation,
+                                                 inputs=inputs, authors=state.authors, open_service=not auth_enabled())
+    if approvals:
+        report.approval_ref = approvals[0].approval_id
+        report.approval_ids = [approval.approval_id for approval in approvals]
+        report.approval_conditions = [str(item) for approval in approvals for item in (approval.conditions or [])]
+
     own = OwnReservation.of(session_id=held_on, payment=state.payment) if held_on else None
     commerce = check_commerce(task=task, inputs=inputs, delegation=found.delegation, chain=found.chain,
                               spending=spending, session=state.session, binding=state.binding, now=now, own=own)

@@ -93,8 +93,11 @@ class CheckReport:
 
     results: list[dict[str, Any]]
     action_class: str | None = None
+    root_principal: str | None = None  # the task's: the tenant the envelope belongs to
     delegation_ref: str | None = None
-    approval_ref: str | None = None
+    approval_ref: str | None = None  # the newest approval that counted
+    approval_ids: list[str] = field(default_factory=list)  # every approval that counted, newest first
+
     approval_conditions: list[str] = field(default_factory=list)
     commerce_session_ref: str | None = None
     amount: Decimal | None = None

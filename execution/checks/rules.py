@@ -13,8 +13,9 @@ from typing import Any
 
 from agp_project.canonical import action_hash
 from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
+from agp_project.exactjson import decimal_text
 from decision.models import Approval, CommerceSession, Escalation, ImpactAssessment, PolicyEvaluation
-from decision.selectors import ZERO, impact_assessment_required
+from decision.selectors import ZERO, Authors, impact_assessment_required
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Skill, Task, path_pks
 from registry.scopes import scope_covers, tool_id_unambiguous, tool_scope
 from registry.selectors import delegation_links_problem, freeze_targets_text
@@ -301,28 +302,80 @@ def check_impact_assessment(*, task: Task | None, assessment: ImpactAssessment |
 
 
 # --- 7. approval ------------------------------------------------------------------------------------------
-def check_approval(*, approval: Approval | None, task: Task | None, evaluation: PolicyEvaluation | None,
-                   inputs: EnvelopeInputs) -> tuple[Outcome, Approval | None]:
-    """The newest approved, unexpired approval of the decision, unless a later approval
-    rejected it (approvals are immutable, so a later rejection is how one is withdrawn).
-    Required when the task is critical or the evaluation said ``require_approval``."""
-    usable = approval if approval is not None and not approval.rejected_later else None
-    required_because = []
+def approvals_required(*, task: Task | None, evaluation: PolicyEvaluation | None) -> tuple[int, list[str]]:
+    """How many people must approve, and why: the evaluation's ``approvals_required`` (1 when
+    it only said ``require_approval``), and at least one for a critical task."""
+    required, why = 0, []
     if task is not None and task.risk_level == "critical":
-        required_because.append("the task is critical")
+        required, why = 1, ["the task is critical"]
     if evaluation is not None and evaluation.require_approval:
-        required_because.append("the policy evaluation requires approval")
-    if usable is not None:
-        return Outcome.ok("approval", f"approval {usable.approval_id!r} by {usable.approver!r} is approved and "
-                                      f"unexpired"), usable
-    if not required_because:
-        return Outcome.ok("approval", "not required"), None
-    why = " and ".join(required_because)
-    if approval is not None:
-        return Outcome.fail("approval", f"approval is required ({why}); approval {approval.approval_id!r} was "
-                                        f"rejected by a later approval"), None
-    return Outcome.fail("approval", f"approval is required ({why}) but decision {inputs.decision_ref!r} has no "
-                                    f"approved, unexpired approval"), None
+        asked = evaluation.result.get("approvals_required", 1)
+        required = max(required, asked if isinstance(asked, int) and not isinstance(asked, bool) else 1)
+        why.append("the policy evaluation requires approval" if asked == 1
+                   else f"the policy evaluation requires {asked} approvals")
+    return required, why
+
+
+def approval_problem(approval: Approval, *, inputs: EnvelopeInputs, authors: Authors, open_service: bool,
+                     signed_required: bool = False) -> str | None:
+    """Why ``approval`` cannot count (docs/reference/identity.md), or None when it can."""
+    subject = approval.approver.casefold()
+    if subject == inputs.agent_id.casefold():
+        return f"approval {approval.approval_id!r} is by the acting agent {approval.approver!r}"
+    if open_service:
+        return None
+    if approval.approver_kind != "human":
+        return (f"approval {approval.approval_id!r} was recorded by {approval.approver_kind or 'an unknown'} client "
+                f"{approval.approver_client!r}: only a person's approval counts")
+    if approval.approver_client in authors.clients or subject in authors.subjects:
+        return f"approval {approval.approval_id!r} is by {approval.approver!r}, who asked for the action"
+    if signed_required and not getattr(approval, "approver_signature", None):
+        return f"approval {approval.approval_id!r} is not signed by its approver, and the policy asks for signed ones"
+    return None
+
+
+def check_approval(*, approvals: list[Approval], task: Task | None, evaluation: PolicyEvaluation | None,
+                   inputs: EnvelopeInputs, authors: Authors, open_service: bool) -> tuple[Outcome, list[Approval]]:
+    """The approvals that count for the decision, and whether there are enough of them.
+
+    ``approvals``: the decision's approved, unexpired approvals and its rejections, newest
+    first (server order). A rejection withdraws every approval recorded before it
+    (approvals are immutable, so that is how one is withdrawn). Of the approvals after the
+    newest rejection, those ``approval_problem`` does not set aside count once per person
+    (distinct subjects). Returns the counted ones, newest first.
+    """
+    required, why = approvals_required(task=task, evaluation=evaluation)
+    signed_required = bool(evaluation is not None and evaluation.result.get("signed_approvals_required"))
+    counted: list[Approval] = []
+    set_aside: list[str] = []
+    withdrawn = None
+    subjects: set[str] = set()
+    for row in approvals:
+        if row.verdict == "rejected":
+            withdrawn = row
+            break
+        problem = approval_problem(row, inputs=inputs, authors=authors, open_service=open_service,
+                                   signed_required=signed_required)
+        if problem:
+            set_aside.append(problem)
+        elif row.approver.casefold() not in subjects:
+            subjects.add(row.approver.casefold())
+            counted.append(row)
+    people = ", ".join(f"{row.approval_id!r} by {row.approver!r}" for row in counted)
+    if not required:
+        return Outcome.ok("approval", "not required" + (f"; approved: {people}" if counted else "")), counted
+    if len(counted) >= required:
+        return Outcome.ok("approval", f"{len(counted)} of {required} approvals: {people}"), counted
+
+    reason = f"approval is required ({' and '.join(why)}): {len(counted)} of {required} approvals"
+    if withdrawn is not None and not counted:
+        reason += f"; the approvals recorded before {withdrawn.approval_id!r} were rejected by a later approval"
+
+    elif not approvals:
+        reason += f"; decision {inputs.decision_ref!r} has no approved, unexpired approval"
+    if set_aside:
+        reason += "; not counted: " + "; ".join(set_aside)
+    return Outcome.fail("approval", reason), counted
 
 
 # --- 8. escalation ----------------------------------------------------------------------------------------
@@ -392,8 +445,8 @@ def check_commerce(*, task: Task | None, inputs: EnvelopeInputs, delegation: Del
             own_held = (own.reserved + own.spent) if own is not None else ZERO
             room = session.amount_limit - session.spent_amount - session.reserved_amount + own_held
             if amount > room:
-                problems.append(f"commerce session {session.session_id!r} has {room} {session.currency} left, "
-                                f"less than {amount}")
+                problems.append(f"commerce session {session.session_id!r} has {decimal_text(room)} {session.currency} left, "
+                                f"less than {decimal_text(amount)}")
 
     # The delegation's spend limit, for every link of the agent's chain: what all sessions
     # under a link (its own and its descendants') have spent or reserved, plus this
@@ -416,21 +469,21 @@ def check_commerce(*, task: Task | None, inputs: EnvelopeInputs, delegation: Del
             if own is not None and session is not None and session.delegation.path.startswith(link.path):
                 used -= own.reserved + own.spent
             if used + amount > link.spend_amount:
-                problems.append(f"delegation {link.delegation_id!r} spend limit {link.spend_amount} "
-                                f"{link.spend_currency} would be exceeded ({used} already spent or reserved)")
+                problems.append(f"delegation {link.delegation_id!r} spend limit {decimal_text(link.spend_amount)} "
+                                f"{link.spend_currency} would be exceeded ({decimal_text(used)} already spent or reserved)")
 
     if binding is None:
         problems.append(f"agent {inputs.agent_id!r} has no active liability binding for root principal "
                         f"{task.root_principal!r}")
     elif binding.coverage_amount is not None and amount is not None and (
             binding.coverage_currency != currency or amount > binding.coverage_amount):
-        problems.append(f"liability binding {binding.binding_id!r} covers {binding.coverage_amount} "
-                        f"{binding.coverage_currency}, not {amount} {currency}")
+        problems.append(f"liability binding {binding.binding_id!r} covers {decimal_text(binding.coverage_amount)} "
+                        f"{binding.coverage_currency}, not {decimal_text(amount)} {currency}")
 
     session_ref = session.session_id if session is not None else None
     if problems:
         return CommerceFound(Outcome.fail("commerce", *problems), session_ref, amount, currency)
-    return CommerceFound(Outcome.ok("commerce", f"{amount} {currency} fits commerce session {session.session_id!r}, "
+    return CommerceFound(Outcome.ok("commerce", f"{decimal_text(amount)} {currency} fits commerce session {session.session_id!r}, "
                                                 f"the spend limits of the delegation chain, and liability binding "
                                                 f"{binding.binding_id!r}"), session_ref, amount, currency)
 

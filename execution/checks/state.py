@@ -36,17 +36,21 @@ from decision.choices import ApprovalVerdict
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from decision.selectors import (
     MONEY,
+    Authors,
+    authors_of,
     commerce_spending_under,
     escalations_blocking,
     impact_assessment_required,
     impact_assessment_standing,
 )
+from auth_tokens.services import auth_enabled
 from registry.choices import ActionClass, ActiveStatus, RevocationTarget
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Revocation, Skill, Task, path_pks
 from registry.selectors import freezes_matching
 
 from ..models import ActionEnvelope, Payment
 from .report import EnvelopeInputs
+
 
 # Candidates examined for check 2; an agent with more active delegations under one root
 # principal than this, all broken but an older one, is refused (fail closed).
@@ -73,8 +77,10 @@ class EnvelopeState:
     skill: Skill | None
     decision: Decision | None
     evaluation: PolicyEvaluation | None  # with its policy_set
-    approval: Approval | None  # with rejected_later
+    approvals: list[Approval]  # the decision's approved, unexpired approvals and its rejections, newest first
     escalations: list[Escalation]
+    # Who asked for the action (check 7): read only when approvals could count against them.
+    authors: Authors = field(default_factory=Authors)
     freezes: list[Freeze] = field(default_factory=list)  # active, matching (C13)
     assessment: ImpactAssessment | None = None
     assessment_read: bool = False  # rule 5 applies, so ``assessment`` was looked up
@@ -105,52 +111,62 @@ def chain_paths(path: str) -> list[str]:
     return ["".join(segments[:depth + 1]) for depth in range(len(segments))]
 
 
-def standing_approval(approvals: list[Approval]) -> Approval | None:
-    """The newest approval among ``approvals`` (newest first: the decision's approved,
-    unexpired approvals and its rejections), with ``rejected_later``: whether a rejection
-    was recorded after it. Server order (primary key), never the client-settable
-    ``created_at``: a backdated rejection still withdraws the approval before it."""
-    rejected_later = False
-    for row in approvals:
-        if row.verdict == ApprovalVerdict.REJECTED:
-            rejected_later = True
-            continue
-        row.rejected_later = rejected_later
-        return row
+def _of_tenants(record, root_principal: str | None, tenants: frozenset[str] | None):
+    """``record`` when it belongs to one of ``tenants`` (None: every tenant), else None: a
+    caller bound to tenants cites another tenant's record as one that does not exist."""
+    if record is None or tenants is None or root_principal in tenants:
+        return record
     return None
 
 
 def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str | None = None,
-                        new: bool = False, amount: Decimal | None = None) -> EnvelopeState:
+                        new: bool = False, amount: Decimal | None = None,
+                        tenants: frozenset[str] | None = None) -> EnvelopeState:
     """The state the eleven checks judge ``inputs`` against, at ``now``.
 
     ``held_on``: the commerce session the envelope already holds a reservation on (the
     re-check at execution, replay): that session is read, with the envelope's payment.
     ``new``: a submission; when an envelope with its ``action_id`` was already accepted,
     nothing else is read. ``amount``: the usable ``transact`` amount, to rank the sessions.
+    ``tenants``: those of a caller bound to tenants, whose citations of another tenant's
+    records find nothing (None: every tenant).
     """
     if new and ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
         return EnvelopeState(task=None, capability=None, skill=None, decision=None, evaluation=None,
-                             approval=None, escalations=[], already_accepted=True)
+                             approvals=[], escalations=[], already_accepted=True)
     task = Task.objects.filter(task_id=inputs.task_id).first()
-    skills = list(Skill.objects.filter(agent_id=inputs.agent_id, tool_id=inputs.tool_id, status=ActiveStatus.ACTIVE)
+    task = _of_tenants(task, task.root_principal if task else None, tenants)
+    root_principal = task.root_principal if task else None
+    # The agent's skills for the tool in the task's tenant, and those registered for every tenant.
+    skills = list(Skill.objects.filter(Q(root_principal__isnull=True) | Q(root_principal=root_principal),
+                                       agent_id=inputs.agent_id, tool_id=inputs.tool_id, status=ActiveStatus.ACTIVE)
                   .order_by("-created_at", "-pk")[:MAX_CANDIDATES])
     approvals = list(Approval.objects.filter(
         Q(verdict=ApprovalVerdict.REJECTED) | Q(_unexpired(now), verdict=ApprovalVerdict.APPROVED),
         decision_id=inputs.decision_ref).order_by("-pk")[:MAX_APPROVALS])
+    capability = (Capability.objects.select_related("delegation")
+                  .filter(capability_id=inputs.capability_token_ref).first())
+    decision = Decision.objects.select_related("task").filter(decision_id=inputs.decision_ref).first()
+    evaluation = (PolicyEvaluation.objects.select_related("policy_set", "task")
+                  .filter(evaluation_id=inputs.policy_decision_ref).first())
     state = EnvelopeState(
         task=task,
-        capability=Capability.objects.filter(capability_id=inputs.capability_token_ref).first(),
+        capability=_of_tenants(capability, capability.delegation.root_principal if capability else None, tenants),
         skill=None,
-        decision=Decision.objects.filter(decision_id=inputs.decision_ref).first(),
-        evaluation=(PolicyEvaluation.objects.select_related("policy_set")
-                    .filter(evaluation_id=inputs.policy_decision_ref).first()),
-        approval=standing_approval(approvals),
+        decision=_of_tenants(decision, decision.task.root_principal if decision else None, tenants),
+        evaluation=_of_tenants(evaluation, evaluation.task.root_principal if evaluation else None, tenants),
+        approvals=approvals,
         escalations=list(escalations_blocking(task_id=inputs.task_id, decision_id=inputs.decision_ref,
-                                              action_id=inputs.action_id)[:MAX_ESCALATIONS]),
+                                              action_id=inputs.action_id,
+                                              root_principal=root_principal)[:MAX_ESCALATIONS]),
         freezes=list(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
-                                      root_principal=task.root_principal if task else None)[:MAX_FREEZES]),
+                                      root_principal=root_principal)[:MAX_FREEZES]),
     )
+    if state.decision is None:
+        state.approvals = []
+    elif approvals and auth_enabled():
+        state.authors = authors_of(decision=state.decision, evaluation=state.evaluation)
+
     bindings: list[LiabilityBinding] = []
     if task is not None:
         if impact_assessment_required(task=task):

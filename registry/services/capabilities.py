@@ -60,10 +60,11 @@ def capability_create(*, actor: str, agent_id: str, delegation_id: str, tool_id:
         capability = Capability(
             capability_id=capability_id or new_id("cap"), agent_id=agent_id, delegation_id=delegation_id,
             tool_id=tool_id, operations=list(operations), allowed_parameter_ranges=allowed_parameter_ranges or {},
-            expires_at=expires_at, status=ActiveStatus.ACTIVE, created_at=created_at)
+            expires_at=expires_at, status=ActiveStatus.ACTIVE, created_by=actor, created_at=created_at)
         insert_new(capability, id_field="capability_id", type_name="capability")
         ledger_append(event_type="capability.created", resource_type="Capability",
-                      resource_id=capability.capability_id, actor=actor,
-                      payload={"agent_id": agent_id, "delegation_id": delegation_id, "tool_id": tool_id,
+                      resource_id=capability.capability_id, actor=actor, root_principal=delegation.root_principal,
+                      payload={"agent_id"
+: agent_id, "delegation_id": delegation_id, "tool_id": tool_id,
                                "operations": capability.operations})
     return capability

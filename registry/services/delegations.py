@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agp_project import errors
+from agp_project.exactjson import decimal_text
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
 from core.ledger import ledger_append
@@ -89,7 +90,7 @@ def delegation_create(
             authority_scope=list(authority_scope), spend_currency=spend_currency, spend_amount=spend_amount,
             max_hops_remaining=hops, depth=len(chain), accepted_at=accepted_at, expires_at=expires_at,
             signature_chain=list(parent.signature_chain) if parent else [], signature=None,
-            status=ActiveStatus.ACTIVE, created_at=created_at)
+            status=ActiveStatus.ACTIVE, created_by=actor, created_at=created_at)
         # The link's signature covers the rendered link with the parent's signature chain.
         delegation.signature = sign_resource(delegation_link_payload(
             delegation_document(delegation), includes_own_signature=False))
@@ -98,7 +99,7 @@ def delegation_create(
         delegation.path = (parent.path if parent else "") + path_segment(delegation.pk)
         Delegation.objects.filter(pk=delegation.pk).update(path=delegation.path)
         ledger_append(event_type="delegation.created", resource_type="DelegationChain",
-                      resource_id=delegation.delegation_id, actor=actor, payload={
+                      resource_id=delegation.delegation_id, actor=actor, root_principal=root_principal, payload={
                           "parent_delegation_id": delegation.parent_id, "root_principal": root_principal,
                           "delegator_agent": delegator_agent, "delegate_agent": delegate_agent,
                           "authority_scope": delegation.authority_scope,
@@ -174,7 +175,7 @@ def _delegation_spend(*, parent: Delegation, requested: dict[str, Any] | None) -
             details={"parent_delegation_id": parent.delegation_id, "constraint": "spend_limit"})
     if currency != parent.spend_currency or amount > parent.spend_amount:
         raise errors.DelegationScopeViolation(
-            f"spend_limit must be in {parent.spend_currency} and at most {parent.spend_amount}.",
+            f"spend_limit must be in {parent.spend_currency} and at most {decimal_text(parent.spend_amount)}.",
             details={"parent_delegation_id": parent.delegation_id, "constraint": "spend_limit",
                      "max_allowed": {"currency": parent.spend_currency, "amount": str(parent.spend_amount)}})
     return currency, amount

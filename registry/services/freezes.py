@@ -26,7 +26,7 @@ def _freeze_sign(freeze: Freeze) -> None:
 
 def freeze_create(*, actor: str, target_type: str, reason: str, target_id: str | None = None,
                   frozen_by: str | None = None, freeze_id: str | None = None,
-                  created_at: datetime | None = None) -> Freeze:
+                  created_at: datetime | None = None, root_principal: str | None = None) -> Freeze:
     """Freeze an agent, a root principal, a tool or everything, at once (CONTRACT C13).
 
     In this transaction: the signed freeze, its ledger event (``freeze.created``), and the
@@ -36,18 +36,22 @@ def freeze_create(*, actor: str, target_type: str, reason: str, target_id: str |
     the check ``freeze``, evaluations and delegations are 409 ``AGP_FROZEN``, and a worker's
     claim re-checks it before the connector call. Several freezes may name one target;
     each is lifted on its own.
+
+    ``root_principal``: the one tenant the freeze reaches (a person's freeze of an agent of
+    their tenant, or of the tenant itself); None reaches every tenant (an operator's).
     """
     now = timezone.now()
     freeze = Freeze(freeze_id=freeze_id or new_id("frz"), target_type=target_type,
                     target_id="" if target_type == FreezeTarget.ALL else (target_id or ""), reason=reason,
-                    frozen_by=frozen_by or actor, status=FreezeStatus.ACTIVE,
+                    frozen_by=frozen_by or actor, status=FreezeStatus.ACTIVE, root_principal=root_principal,
+                    created_by=actor,
                     created_at=record_timestamp(created_at, field="created_at", now=now))
     _freeze_sign(freeze)
     with transaction.atomic():
         insert_new(freeze, id_field="freeze_id", type_name="freeze")
         outbox_enqueue(task_name=FREEZE_TASK, args=[freeze.freeze_id])
         ledger_append(event_type="freeze.created", resource_type="Freeze", resource_id=freeze.freeze_id,
-                      actor=actor, payload={"target_type": target_type, "target_id": freeze.target_id or None,
+                      actor=actor, root_principal=root_principal, payload={"target_type": target_type, "target_id": freeze.target_id or None,
                                             "reason": reason, "frozen_by": freeze.frozen_by,
                                             "payload_hash": freeze.signature["payload_hash"]})
     return freeze
@@ -78,6 +82,7 @@ def freeze_lift(*, actor: str, freeze_id: str, status: str, lifted_by: str | Non
         except ConcurrentTransition:
             raise errors.InvalidTransition(from_state=FreezeStatus.LIFTED, to_state=status, allowed=[]) from None
         ledger_append(event_type="freeze.lifted", resource_type="Freeze", resource_id=freeze.freeze_id,
-                      actor=actor, payload={"from": source, "to": status, "lifted_by": freeze.lifted_by,
+                      actor=actor, root_principal=freeze.root_principal, payload=
+{"from": source, "to": status, "lifted_by": freeze.lifted_by,
                                             "payload_hash": freeze.signature["payload_hash"]})
     return freeze

@@ -25,13 +25,14 @@ def liability_binding_create(*, actor: str, root_principal: str, agent_id: str, 
     binding = LiabilityBinding(
         binding_id=binding_id or new_id("lib"), root_principal=root_principal, agent_id=agent_id,
         liable_party=liable_party, coverage_currency=currency, coverage_amount=amount, expires_at=expires_at,
-        status=ActiveStatus.ACTIVE, created_at=record_timestamp(created_at, field="created_at", now=now))
+        status=ActiveStatus.ACTIVE, created_by=actor, created_at=record_timestamp(created_at, field="created_at", now=now))
     with transaction.atomic():
         lock_agents([agent_id])
         refuse_revoked_agents([agent_id])
         insert_new(binding, id_field="binding_id", type_name="liability binding")
         ledger_append(event_type="liability_binding.created", resource_type="LiabilityBinding",
-                      resource_id=binding.binding_id, actor=actor,
+                      resource_id=binding.binding_id, actor=actor, root_principal=root_principal,
+
                       payload={"root_principal": root_principal, "agent_id": agent_id,
                                "liable_party": liable_party})
     return binding

@@ -75,6 +75,7 @@ def policy_set_create(
     shadow_of_id: str | None = None,
     tests: list[dict[str, Any]] | None = None,
     created_at: datetime | None = None,
+    root_principal: str | None = None,
 ) -> PolicySet:
     """Store a Rego ruleset with its verified hash, ``active`` and signed (CONTRACT C6, C12, C14).
 
@@ -85,6 +86,8 @@ def policy_set_create(
     ``shadow_of_id`` (the API's ``shadow_of``, C14) makes it a shadow of an existing set that
     is not revoked and not itself a shadow (one level: a shadow of a shadow would never be
     evaluated); anything else is a 400.
+
+    ``root_principal``: the tenant whose set it is; None for a set every tenant may use.
     """
     now = timezone.now()
     computed = bytes_hash(ruleset.encode("utf-8"))
@@ -118,13 +121,13 @@ def policy_set_create(
         ruleset_engine_version=ruleset_engine_version, ruleset_uri=ruleset_uri,
         certifying_body=certifying_body, status=status, effective_from=effective_from, expires_at=expires_at,
         supersedes=supersedes, shadow_of_id=shadow_of_id, tests=tests, test_summary=test_summary,
-        created_at=created_at,
+        created_at=created_at, created_by=actor, root_principal=root_principal,
         **({"attestation_level": attestation_level} if attestation_level else {}))
     _policy_set_sign(policy_set)
     with transaction.atomic():
         insert_new(policy_set, id_field="policy_set_id", type_name="policy set")
         ledger_append(event_type="policy_set.created", resource_type="PolicySet",
-                      resource_id=policy_set.policy_set_id, actor=actor,
+                      resource_id=policy_set.policy_set_id, actor=actor, root_principal=root_principal,
                       payload={"ruleset_hash": computed, "name": name, "version": version,
                                "supersedes": supersedes, "shadow_of": shadow_of_id})
     return policy_set
@@ -175,6 +178,7 @@ def policy_set_transition(*, actor: str, policy_set_id: str, status: str) -> Pol
             # matched no row still in ``source``, so another writer moved it first.
             raise errors.InvalidTransition(from_state=source, to_state=status, allowed=[]) from None
         ledger_append(event_type=f"policy_set.{status}", resource_type="PolicySet",
-                      resource_id=policy_set.policy_set_id, actor=actor,
-                      payload={"from": source, "to": status, "ruleset_hash": policy_set.ruleset_hash})
+                      resource_id=policy_set.policy_set_id, actor=actor, root_principal=policy_set.root_principal,
+                      payload={"from": source,
+ "to": status, "ruleset_hash": policy_set.ruleset_hash})
     return policy_set

@@ -8,6 +8,8 @@ from django.utils import timezone
 
 from agp_project import errors
 from agp_project.ids import new_id
+from auth_tokens.kinds import ClientKind
+from auth_tokens.models import Client
 from core.ledger import ledger_append
 
 from .. import selectors
@@ -62,9 +64,50 @@ def _revoke_rows(model: type[Model], id_field: str, query: Q) -> list[str]:
     return ids
 
 
+def _target_tenant(target_type: str, target_id: str) -> tuple[bool, set[str | None]]:
+    """(whether the target exists, the tenants its records lie in; None: a record of no tenant).
+
+    An agent's tenants are those of every delegation it granted or received, liability
+    binding and skill of it, and of the agent clients that act for it: revoking it reaches all of them.
+    """
+    if target_type == RevocationTarget.AGENT:
+        tenants = set(Delegation.objects.filter(Q(delegate_agent=target_id) | Q(delegator_agent=target_id))
+                      .values_list("root_principal", flat=True))
+        tenants |= set(LiabilityBinding.objects.filter(agent_id=target_id).values_list("root_principal", flat=True))
+        tenants |= set(Skill.objects.filter(agent_id=target_id, root_principal__isnull=False)
+                       .values_list("root_principal", flat=True))
+        for bound in Client.objects.filter(kind=ClientKind.AGENT, agent_id=target_id).values_list("tenants", flat=True):
+
+            tenants |= set(bound)
+        return bool(tenants), tenants
+    if target_type == RevocationTarget.DELEGATION:
+        found = Delegation.objects.filter(delegation_id=target_id).values_list("root_principal", flat=True)
+    elif target_type == RevocationTarget.CAPABILITY:
+        found = Capability.objects.filter(capability_id=target_id).values_list("delegation__root_principal", flat=True)
+    else:
+        model, id_field, _ = _SIMPLE_TARGETS[target_type]
+        found = model.objects.filter(**{id_field: target_id}).values_list("root_principal", flat=True)
+    tenants = set(found)
+    return bool(tenants), tenants
+
+
+def revocation_tenant(*, target_type: str, target_id: str, tenants: frozenset[str] | None) -> str | None:
+    """The tenant a revocation belongs to, for a caller of ``tenants`` (None: every tenant).
+
+    A caller bound to tenants may revoke only what lies wholly in them: anything else is
+    refused as a missing target is (400), since another tenant's records are not its to see.
+    """
+    exists, found = _target_tenant(target_type, target_id)
+    if tenants is not None and (not exists or not found <= tenants):
+        noun = target_type.replace("_", " ")
+        raise errors.invalid_fields({"target_id": [f"No {noun} with id {target_id!r}"
+                                                   + (" acts in this client's tenants." if noun == "agent" else ".")]})
+    return next(iter(found)) if len(found) == 1 else None
+
+
 def revocation_create(*, actor: str, target_type: str, target_id: str, reason: str = "",
                       revoked_by: str | None = None, revocation_id: str | None = None,
-                      created_at: datetime | None = None) -> Revocation:
+                      created_at: datetime | None = None, tenants: frozenset[str] | None = None) -> Revocation:
     """Revoke a delegation, capability, agent, skill or liability binding: immediate,
     irreversible and cascading (CONTRACT C9).
 
@@ -74,9 +117,11 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
     - capability, skill, liability binding: that record.
 
     400 when a non-agent target does not exist; 409 ``AGP_CONFLICT`` when the target is
-    already revoked (directly or by a cascade).
+    already revoked (directly or by a cascade). ``tenants``: those of a caller bound to
+    tenants (see ``revocation_tenant``).
     """
     now = timezone.now()
+    root_principal = revocation_tenant(target_type=target_type, target_id=target_id, tenants=tenants)
     created_at = record_timestamp(created_at, field="created_at", now=now)
     changed: list[tuple[str, str, bool]] = []  # (event prefix, resource_id, is the target itself)
     with transaction.atomic():
@@ -120,7 +165,8 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
 
         revocation = Revocation(
             revocation_id=revocation_id or new_id("rev"), target_type=target_type, target_id=target_id,
-            reason=reason, revoked_by=revoked_by or actor, revoked_at=now, created_at=created_at)
+            reason=reason, revoked_by=revoked_by or actor, revoked_at=now, created_at=created_at,
+            root_principal=root_principal, created_by=actor)
         try:
             with transaction.atomic():  # a savepoint: on a refusal the query below still runs
                 insert_new(revocation, id_field="revocation_id", type_name="revocation")
@@ -130,11 +176,12 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
             raise
         # Ledger last: its head lock is the final lock any registry writer takes.
         ledger_append(event_type="revocation.created", resource_type="Revocation",
-                      resource_id=revocation.revocation_id, actor=actor,
+                      resource_id=revocation.revocation_id, actor=actor, root_principal=root_principal,
                       payload={"target_type": target_type, "target_id": target_id, "reason": reason,
                                "revoked_by": revocation.revoked_by})
         for kind, resource_id, direct in changed:
             ledger_append(event_type=f"{kind}.revoked", resource_type=_RESOURCE_TYPES[kind],
-                          resource_id=resource_id, actor=actor,
+                          resource_id=resource_id, actor=actor, root_principal=root_principal,
                           payload={"revocation_id": revocation.revocation_id, "cascade": not direct})
+
     return revocation

@@ -68,13 +68,14 @@ def _mcp_tool_pins(endpoint_url: str) -> list[dict[str, str]]:
             message=f"The MCP server at endpoint_url could not be pinned: {exc.reason}.") from None
 
 
-def _refuse_to_supersede(previous: Skill | None, *, supersedes: str, agent_id: str, tool_id: str) -> None:
+def _refuse_to_supersede(previous: Skill | None, *, supersedes: str, agent_id: str, tool_id: str,
+                         root_principal: str | None) -> None:
     if previous is None:
         raise errors.invalid_fields({"supersedes": [f"No skill with id {supersedes!r}."]})
-    if (previous.agent_id, previous.tool_id) != (agent_id, tool_id):
+    if (previous.agent_id, previous.tool_id, previous.root_principal) != (agent_id, tool_id, root_principal):
         raise errors.invalid_fields({"supersedes": [
-            f"Skill {supersedes!r} is for agent {previous.agent_id!r} and tool {previous.tool_id!r}; a new version "
-            f"keeps both."]})
+            f"Skill {supersedes!r} is for agent {previous.agent_id!r}, tool {previous.tool_id!r} and tenant "
+            f"{previous.root_principal!r}; a new version keeps all three."]})
     if previous.status != SkillStatus.ACTIVE:
         raise errors.Conflict(f"Skill {supersedes!r} is {previous.status}; only an active skill can be superseded.",
                               details={"supersedes": supersedes, "status": previous.status})
@@ -83,7 +84,7 @@ def _refuse_to_supersede(previous: Skill | None, *, supersedes: str, agent_id: s
 def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version: str = "",
                  connector: str = Connector.NOOP, endpoint_url: str = "", supersedes: str | None = None,
                  skill_id: str | None = None, created_at: datetime | None = None,
-                 executor_client_id: str | None = None) -> Skill:
+                 executor_client_id: str | None = None, root_principal: str | None = None) -> Skill:
     """Register the tool connector that executes ``tool_id`` for an agent.
 
     SSRF: an ``http`` endpoint on a forbidden address is refused here already (and checked
@@ -95,6 +96,9 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
     (how a reviewed change of an MCP server's tools is re-pinned). It moves to
     ``superseded`` in the same transaction, with its own ledger event; a skill that is no
     longer active (superseded by someone else meanwhile, or revoked) is a 409.
+
+    ``root_principal``: the tenant whose tasks the skill executes; None (an operator's
+    skill) for every tenant the agent acts in. A new version keeps its tenant.
     """
     now = timezone.now()
     created_at = record_timestamp(created_at, field="created_at", now=now)
@@ -103,7 +107,7 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
     if supersedes is not None:
         # Checked before the network call too: a wrong reference fails without reaching the server.
         _refuse_to_supersede(Skill.objects.filter(skill_id=supersedes).first(), supersedes=supersedes,
-                                  agent_id=agent_id, tool_id=tool_id)
+                             agent_id=agent_id, tool_id=tool_id, root_principal=root_principal)
     tool_pins: list[dict[str, str]] = []
     if connector == Connector.HTTP:
         url_guard_registration(endpoint_url, field="endpoint_url")
@@ -112,7 +116,7 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
     skill = Skill(skill_id=skill_id or new_id("skl"), agent_id=agent_id, name=name, version=version,
                   tool_id=tool_id, connector=connector, endpoint_url=endpoint_url, tool_pins=tool_pins,
                   executor_client_id=executor_client_id or "", supersedes=supersedes, status=SkillStatus.ACTIVE,
-                  created_at=created_at)
+                  root_principal=root_principal, created_by=actor, created_at=created_at)
     with transaction.atomic():
         lock_agents([agent_id])
         refuse_revoked_agents([agent_id])
@@ -120,15 +124,19 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
         if supersedes is not None:
             # Locked: of two new versions of one skill, only one supersedes it; the other is a 409.
             previous = Skill.objects.select_for_update().filter(skill_id=supersedes).first()
-            _refuse_to_supersede(previous, supersedes=supersedes, agent_id=agent_id, tool_id=tool_id)
+            _refuse_to_supersede(previous, supersedes=supersedes, agent_id=agent_id, tool_id=tool_id,
+                                 root_principal=root_principal)
+
         insert_new(skill, id_field="skill_id", type_name="skill")
         if previous is not None:
             Skill.objects.filter(pk=previous.pk).update(status=SkillStatus.SUPERSEDED)
         ledger_append(event_type="skill.created", resource_type="Skill", resource_id=skill.skill_id, actor=actor,
-                      payload={"agent_id": agent_id, "tool_id": tool_id, "connector": connector,
+                      root_principal=root_principal, payload={"agent_id": agent_id, "tool_id": tool_id, "connector": connector,
                                "endpoint_url": endpoint_url, "tool_pins": tool_pins, "supersedes": supersedes,
                                "executor_client_id": executor_client_id or None})
         if previous is not None:
             ledger_append(event_type="skill.superseded", resource_type="Skill", resource_id=previous.skill_id,
-                          actor=actor, payload={"superseded_by": skill.skill_id, "tool_pins": previous.tool_pins})
+                          actor=actor, root_principal=previous.root_principal,
+                          payload={"superseded_by": skill.skill_id, "tool_pins": previous.tool_pins})
+
     return skill

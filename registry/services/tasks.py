@@ -22,12 +22,12 @@ def task_create(*, actor: str, root_principal: str, agent_id: str, risk_level: s
     """Record a task an agent performs for a root principal (CONTRACT C7)."""
     now = timezone.now()
     task = Task(task_id=task_id or new_id("tsk"), root_principal=root_principal, agent_id=agent_id, title=title,
-                risk_level=risk_level, action_class=action_class, status=status,
+                risk_level=risk_level, action_class=action_class, status=status, created_by=actor,
                 created_at=record_timestamp(created_at, field="created_at", now=now))
     with transaction.atomic():
         insert_new(task, id_field="task_id", type_name="task")
         ledger_append(event_type="task.created", resource_type="Task", resource_id=task.task_id, actor=actor,
-                      payload={"root_principal": root_principal, "agent_id": agent_id, "risk_level": risk_level,
+                      root_principal=root_principal, payload={"root_principal": root_principal, "agent_id": agent_id, "risk_level": risk_level,
                                "action_class": action_class, "status": status})
     return task
 
@@ -54,5 +54,5 @@ def task_transition(*, actor: str, task_id: str, status: str) -> Task:
         except ConcurrentTransition:
             raise errors.InvalidTransition(from_state=source, to_state=status, allowed=[]) from None
         ledger_append(event_type="task.closed", resource_type="Task", resource_id=task.task_id, actor=actor,
-                      payload={"from": source, "to": status})
+                      root_principal=task.root_principal, payload={"from": source, "to": status})
     return task

@@ -21,6 +21,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from core.admin_base import change_url
 from core.auditors import auditor_create
 from core.models import LedgerEvent, LedgerHead
+from decision.models import Escalation
+from registry.models import Freeze
 
 from .world import make_admin_world
 
@@ -80,8 +82,13 @@ def test_it_lets_an_auditor_verify_the_ledger_and_read_an_envelope_without_any_w
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
     wait.until(expected_conditions.presence_of_element_located((By.ID, "user-tools")))
     assert "Site administration" in browser.title
+    dashboard_link = browser.find_element(By.LINK_TEXT, "Dashboard")
+    assert dashboard_link.size["height"] < 2 * dashboard_link.size["width"]  # on one line, not a letter a line
 
     browser.get(f"{live_server.url}/admin/core/ledgerevent/")
+    button, note = browser.find_element(By.ID, "verify-ledger"), browser.find_element(By.ID, "newest-checkpoint")
+    assert button.location["y"] + button.size["height"] <= note.location["y"]  # the button covers no text
+
     rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     assert len(rows) == LedgerEvent.objects.count()
     browser.find_element(By.ID, "verify-ledger").click()
@@ -168,7 +175,7 @@ def test_it_shows_an_auditor_the_dashboard_an_actions_timeline_and_a_delegation_
     for kind in ("policy evaluation", "decision", "impact assessment", "approval", "action envelope", "operation",
                  "payment", "receipt"):
         assert kind in kinds
-    signed = {row.get_attribute("data-kind"): row.find_elements(By.TAG_NAME, "td")[4].text for row in rows}
+    signed = {row.get_attribute("data-kind"): row.find_elements(By.TAG_NAME, "td")[5].text for row in rows}
     for kind in ("impact assessment", "approval", "action envelope", "receipt"):
         assert signed[kind] == "✓ signature verified", (kind, signed[kind])
     assert signed["operation"] == "not signed"
@@ -186,3 +193,34 @@ def test_it_shows_an_auditor_the_dashboard_an_actions_timeline_and_a_delegation_
 
     for png in (dashboard_png, timeline_png, tree_png):
         assert png.stat().st_size > 10_000
+
+
+def sign_in(browser, live_server, username: str) -> None:
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/")
+    browser.find_element(By.NAME, "username").send_keys(username)
+    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(browser, 15).until(expected_conditions.presence_of_element_located((By.ID, "user-tools")))
+
+
+def test_an_auditor_bound_to_a_tenant_sees_only_its_records_in_the_admin_and_the_dashboard(
+        browser, live_db, live_server):
+    ours, theirs = make_admin_world(), make_admin_world()
+    auditor_create(username="tenant-auditor", password=PASSWORD, tenants=[ours.world.root_principal])
+    sign_in(browser, live_server, "tenant-auditor")
+
+    browser.get(f"{live_server.url}/admin/registry/task/")
+    listed = browser.find_element(By.ID, "result_list").text
+    browser.get(f"{live_server.url}/admin/audit/")
+    escalations = browser.find_element(By.ID, "open-escalations").text
+    freezes = browser.find_element(By.ID, "active-freezes").text
+    tenant_png = screenshot(browser, "admin-tenant-auditor-dashboard.png")
+    browser.get(f"{live_server.url}/admin/audit/actions/{theirs.envelope.action_id}/timeline/")
+    other_timeline = browser.find_element(By.TAG_NAME, "body").text
+
+    assert ours.world.task.task_id in listed and theirs.world.task.task_id not in listed
+    ours_escalation, theirs_escalation = ours.rows[Escalation], theirs.rows[Escalation]
+    assert ours_escalation.escalation_id in escalations and theirs_escalation.escalation_id not in escalations
+    assert ours.rows[Freeze].target_id in freezes and theirs.rows[Freeze].target_id not in freezes
+    assert "AGP_NOT_FOUND" in other_timeline
+    assert tenant_png.stat().st_size > 10_000

@@ -82,8 +82,8 @@ def test_a_backtest_page_shows_its_summary_its_reasons_and_its_changes(auditor_c
         by_reason={"amount over 100": 6, "weekend": 2},
         changes=[{"evaluation_id": world.evaluation.evaluation_id,
                   "action_ids": [envelope["result_url"].rsplit("/", 1)[1]],
-                  "before": {"allow": True, "require_approval": False, "reasons": []},
-                  "after": {"allow": False, "require_approval": False, "reasons": ["amount over 100"]}}],
+                  "before": {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []},
+                  "after": {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": ["amount over 100"]}}],
         created_at=now, updated_at=now)
 
     page = auditor_client.get(change_url(backtest)).content.decode()

@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agp_client import numbers, verify_evidence
+from agp_project.signing import get_signer
 from core.admin_base import change_url
 from decision.models import Approval, Decision
 from execution.models import ActionEnvelope
@@ -113,7 +114,7 @@ def test_the_evidence_download_keeps_exact_numbers_and_verifies_offline(auditor_
     bundle = numbers.loads(download.content)
     assert bundle["records"]["envelope"]["parameters"] == parameters
     assert bundle["records"]["capability"]["allowed_parameter_ranges"]["amount"]["max"] == limit
-    assert verify_evidence(bundle)["action_id"] == action_id
+    assert verify_evidence(bundle, kids={get_signer().kid})["action_id"] == action_id
 
 
 def _envelope_page_queries(client, envelope) -> int:

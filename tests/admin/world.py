@@ -17,7 +17,15 @@ from agp_project.canonical import content_hash
 from agp_project.ids import new_id
 from auth_tokens.models import Client
 from core.ledger import ledger_append
-from core.models import IdempotencyRecord, LedgerEvent, LedgerHead, MerkleTile, MerkleTreeLock, OutboxMessage
+from core.models import (
+    IdempotencyRecord,
+    LedgerEvent,
+    LedgerHead,
+    MerkleTile,
+    MerkleTreeLock,
+    OutboxMessage,
+    StaffTenancy,
+)
 from core.services import checkpoint_create
 from decision.models import Approval, Backtest, Context, Escalation, EvidenceBundle
 from execution.models import ActionEnvelope, CallbackAttempt, Operation, Payment, Receipt
@@ -51,22 +59,26 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
     items = [{"uri": "https://evidence.example/1", "sha256": "ab" * 32, "kind": "document"}]
     bundle = EvidenceBundle.objects.create(bundle_id=new_id("evb"), task=world.task, items=items,
                                            bundle_hash=content_hash(items), created_at=now)
+    tenant = world.root_principal
+    for record in (world.policy_set, world.skill):
+        type(record).objects.filter(pk=record.pk).update(root_principal=tenant)
+        record.refresh_from_db()
     escalation = Escalation(escalation_id=new_id("esc"), task=world.task, decision=world.decision,
-                            raised_by="auditor-bot", reason="second look", created_at=now)
+                            raised_by="auditor-bot", reason="second look", created_at=now, root_principal=tenant)
     escalation.save()
     revocation = Revocation.objects.create(revocation_id=new_id("rev"), target_type="skill",
                                            target_id=f"skl_gone_{tag}", reason="retired", revoked_by="ops",
-                                           revoked_at=now, created_at=now)
+                                           revoked_at=now, created_at=now, root_principal=tenant)
     freeze = Freeze.objects.create(freeze_id=new_id("frz"), target_type="agent", target_id=f"agent-gone-{tag}",
-                                   reason="runaway", frozen_by="ops", created_at=now)
+                                   reason="runaway", frozen_by="ops", created_at=now, root_principal=tenant)
     backtest = Backtest.objects.create(
         backtest_id=new_id("bt"), operation_id=new_id("op"), policy_set=world.policy_set,
         ruleset_hash=world.policy_set.ruleset_hash, since=now - timedelta(days=30), until=now, status="succeeded",
         total=1, evaluations=1, newly_denied=1, by_reason={"amount over 100": 1},
         changes=[{"evaluation_id": world.evaluation.evaluation_id, "action_ids": [],
-                  "before": {"allow": True, "require_approval": True, "reasons": []},
-                  "after": {"allow": False, "require_approval": False, "reasons": ["amount over 100"]}}],
-        created_at=now, updated_at=now)
+                  "before": {"allow": True, "require_approval": True, "approvals_required": 1, "reasons": []},
+                  "after": {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": ["amount over 100"]}}],
+        created_at=now, updated_at=now, root_principal=tenant)
     for i in range(extra_approvals):
         Approval.objects.create(approval_id=new_id("apr"), decision=world.decision, approver=f"second-{i}",
                                 verdict="approved", created_at=now)
@@ -79,7 +91,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
         approval_ref=world.approval.approval_id, commerce_session_ref=world.session.session_id,
         delegation_ref=world.delegation.delegation_id,
         checks=[{"check": "task", "passed": True, "reason": ""}, {"check": "approval", "passed": True, "reason": ""}],
-        inputs={"action_id": "as submitted"}, status="executed", submitted_by="test-client",
+        inputs={"action_id": "as submitted"}, status="executed", submitted_by="test-client", root_principal=tenant,
         created_at=now, accepted_at=now)
     operation = Operation(operation_id=new_id("op"), envelope=envelope, status="succeeded", attempts=1,
                           started_at=now, completed_at=now, created_at=now, updated_at=now)
@@ -99,26 +111,29 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
         client_id="test-client", method="POST", path="/agp/tasks", key=new_id("idem"), fingerprint="0" * 64,
         response_status=201, response_body=b'{"ok": true}', created_at=now,
         expires_at=now + timedelta(days=1))
-    client, _ = Client.objects.get_or_create(client_id=f"client-{tag}", defaults={"scopes": ["agp.registry.read"]})
+    client, _ = Client.objects.get_or_create(client_id=f"client-{tag}", defaults={"scopes": ["agp.registry.read"], "kind": "operator"})
     with transaction.atomic():
         events = [
             ledger_append(event_type="task.created", resource_type="Task", resource_id=world.task.task_id,
-                          actor="test-client", payload={"task_id": world.task.task_id}),
+                          actor="test-client", payload={"task_id": world.task.task_id}, root_principal=tenant),
             ledger_append(event_type="decision.finalised", resource_type="Decision",
-                          resource_id=world.decision.decision_id, actor="test-client", payload={}),
+                          resource_id=world.decision.decision_id, actor="test-client", payload={},
+                          root_principal=tenant),
             ledger_append(event_type="envelope.accepted", resource_type="ActionEnvelope",
-                          resource_id=envelope.action_id, actor="test-client", payload={"checks": 10}),
+                          resource_id=envelope.action_id, actor="test-client", payload={"checks": 10},
+                          root_principal=tenant),
         ]
     checkpoint = checkpoint_create()
     group, _ = Group.objects.get_or_create(name=f"group-{tag}")
     user = User.objects.create_user(username=f"user-{tag}", password="x")
+    tenancy = StaffTenancy.objects.create(user=user, tenants=[tenant])
 
     rows = {}
     for record in (world.task, world.root_delegation, world.policy_set, world.capability, world.skill,
                    world.binding, revocation, freeze, context, bundle, world.evaluation, backtest, world.decision,
                    world.assessment, world.approval, escalation, world.session, envelope, operation, receipt, payment,
                    outbox, attempt, idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user,
-                   checkpoint, MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1)):
+                   checkpoint, MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1), tenancy):
         rows[type(record)] = record
     return AdminWorld(world=world, envelope=envelope, operation=operation, receipt=receipt, payment=payment,
                       grandchild=grandchild, events=events, rows=rows)

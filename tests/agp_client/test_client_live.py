@@ -203,6 +203,10 @@ def test_it_pages_through_a_collection_and_verifies_the_ledger(live_agp):
                                                resource_id=resource_id)["sequence"] for _ in range(5)]
         listed = [e["sequence"] for e in client.ledger_events.list(resource_id=resource_id, page_size=2)]
         assert listed == created[::-1]
+        # limit: at most that many in all, as the API's own limit names the page's size.
+        assert [e["sequence"] for e in client.ledger_events.list(resource_id=resource_id, limit=3)] == created[:1:-1]
+        assert len(list(client.ledger_events.list(resource_id=resource_id, limit=3, page_size=2))) == 3
+
         assert client.ledger_events.get(created[0])["resource_id"] == resource_id
         verification = client.ledger_events.verify()
         assert verification["verified"] is True

@@ -34,6 +34,8 @@ def _server_error_classes():
 def _instance(cls):
     if cls is server_errors.InsufficientScope:
         return cls(["agp.execution.write"])
+    if cls is server_errors.Forbidden:
+        return cls("another agent", field="agent_id")
     if cls is server_errors.InvalidTransition:
         return cls(from_state="active", to_state="revoked", allowed=["deprecated"])
     return cls("boom", details={"k": "v"})
@@ -168,6 +170,8 @@ SPECIAL_METHODS = {
     ("PATCH", "escalations"): ["escalations.resolve"],
     ("PATCH", "tasks"): ["tasks.close"],
     ("PATCH", "freezes"): ["freezes.lift"],
+    ("PATCH", "clients"): ["clients.disable", "clients.enable", "clients.rotate_secret", "clients.update"],
+
     ("PATCH", "operations"): ["operations.cancel"],
     ("POST", "action-envelopes"): ["action_envelopes.validate", "action_envelopes.submit"],
     ("GET", "replay"): ["replay"],

@@ -24,7 +24,9 @@ def claims(**overrides) -> dict:
     """Claims of a token the server would accept for ``test-client``, before signing."""
     now = int(time.time())
     base = {"token_type": "access", "iss": "agp", "aud": "agp", "sub": "test-client", "iat": now, "exp": now + 600,
-            "jti": uuid.uuid4().hex, "scope": " ".join(ALL_SCOPES), "gen": 0}
+            "jti": uuid.uuid4().hex, "scope": " ".join(ALL_SCOPES), "gen": 0,
+            "kind": "operator", "agent_id": "", "subject": "", "tenants": []}
+
     base.update(overrides)
     return {k: v for k, v in base.items() if v is not None}
 

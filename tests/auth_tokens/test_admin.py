@@ -15,7 +15,8 @@ CHANGELIST = "/admin/auth_tokens/client/"
 
 
 def test_it_creates_a_client_and_shows_the_secret_once(admin_client):
-    response = admin_client.post(CHANGELIST + "add/", {"client_id": "svc-admin", "description": "from the admin",
+    response = admin_client.post(CHANGELIST + "add/", {"client_id": "svc-admin", "kind": "operator",
+                                                       "description": "from the admin",
                                                        "scopes": ["agp.registry.read", "agp.registry.write"]})
     assert response.status_code == 200
     assert "no-store" in response["Cache-Control"]
@@ -30,7 +31,7 @@ def test_it_creates_a_client_and_shows_the_secret_once(admin_client):
 
 
 def test_it_does_not_let_the_secret_hash_be_edited(admin_client):
-    client, secret = client_create(client_id="svc", scopes=list(ALL_SCOPES), actor="test")
+    client, secret = client_create(client_id="svc", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     response = admin_client.post(f"{CHANGELIST}{client.pk}/change/", {
         "description": "edited", "scopes": ["agp.execution.read"], "secret_hash": "md5$$forged", "is_active": "",
         "client_id": "renamed"})
@@ -43,7 +44,7 @@ def test_it_does_not_let_the_secret_hash_be_edited(admin_client):
 
 
 def test_it_disables_clients_with_an_action_and_offers_no_delete(admin_client):
-    client, _ = client_create(client_id="svc", scopes=list(ALL_SCOPES), actor="test")
+    client, _ = client_create(client_id="svc", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     response = admin_client.post(CHANGELIST, {"action": "disable_clients", "_selected_action": [client.pk]})
     assert response.status_code == 302
     assert not Client.objects.get(pk=client.pk).is_active
@@ -52,7 +53,7 @@ def test_it_disables_clients_with_an_action_and_offers_no_delete(admin_client):
 
 
 def test_it_rotates_a_secret_from_the_admin_showing_it_once(admin_client):
-    client, old = client_create(client_id="svc", scopes=list(ALL_SCOPES), actor="test")
+    client, old = client_create(client_id="svc", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     response = admin_client.post(CHANGELIST, {"action": "rotate_secret", "_selected_action": [client.pk]})
     assert response.status_code == 200
     new = re.search(r'<code id="client-secret">([^<]+)</code>', response.content.decode()).group(1)

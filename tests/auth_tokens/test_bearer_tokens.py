@@ -21,7 +21,7 @@ EVENT = {"event_type": "client.audit", "resource_type": "Thing", "resource_id": 
 
 @pytest.fixture
 def client_row(auth_settings):
-    return Client.objects.create(client_id="test-client", scopes=list(ALL_SCOPES))
+    return Client.objects.create(client_id="test-client", kind="operator", scopes=list(ALL_SCOPES))
 
 
 def _b64(data: dict) -> str:
@@ -141,7 +141,7 @@ def test_it_does_not_revive_old_tokens_when_a_client_is_enabled_again(api, clien
 
 
 def test_it_rejects_tokens_issued_before_a_secret_rotation(api, auth_settings):
-    client, secret = client_create(client_id="rotating", scopes=list(ALL_SCOPES), actor="test")
+    client, secret = client_create(client_id="rotating", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     old = sign(claims(sub="rotating", iat=int(time.time()) - 5))
     assert api.get("/agp/ledger-events", HTTP_AUTHORIZATION=f"Bearer {old}").status_code == 200
     new_secret = client_rotate_secret(client_id="rotating", actor="test")
@@ -153,7 +153,7 @@ def test_it_rejects_tokens_issued_before_a_secret_rotation(api, auth_settings):
 
 
 def test_it_rejects_a_token_minted_in_the_same_second_as_the_rotation(api, auth_settings):
-    client_create(client_id="rotating", scopes=list(ALL_SCOPES), actor="test")
+    client_create(client_id="rotating", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     client_rotate_secret(client_id="rotating", actor="test")
     rotated_at = Client.objects.get(client_id="rotating").tokens_not_before
     # Minted with the pre-rotation generation within the rotation's second: iat equals
@@ -214,8 +214,8 @@ def test_it_describes_the_client_credentials_scheme_and_scopes_in_the_openapi_do
 
 def test_it_uses_the_token_client_as_the_idempotency_scope(api, auth_settings):
     # Two clients may use the same key for different bodies without colliding (CONTRACT C4).
-    Client.objects.create(client_id="a", scopes=list(ALL_SCOPES))
-    Client.objects.create(client_id="b", scopes=list(ALL_SCOPES))
+    Client.objects.create(client_id="a", kind="operator", scopes=list(ALL_SCOPES))
+    Client.objects.create(client_id="b", kind="operator", scopes=list(ALL_SCOPES))
     for name in ("a", "b"):
         token = token_issue(client=Client.objects.get(client_id=name), scopes=list(ALL_SCOPES))["access_token"]
         response = api.post("/agp/ledger-events", {**EVENT, "resource_id": f"thing-{name}"}, format="json",

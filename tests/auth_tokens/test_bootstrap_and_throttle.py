@@ -66,7 +66,7 @@ def test_it_follows_a_changed_bootstrap_secret_and_drops_earlier_tokens(api, boo
 
 
 def test_it_takes_over_an_existing_client_row_with_the_bootstrap_id(api, bootstrap):
-    client_create(client_id="agp-admin", scopes=["agp.registry.read"], actor="test", secret="old-secret")
+    client_create(client_id="agp-admin", kind="operator", scopes=["agp.registry.read"], actor="test", secret="old-secret")
     response = token_request(api, {"grant_type": "client_credentials"}, basic=("agp-admin", BOOT_SECRET))
     assert response.status_code == 200
     row = Client.objects.get(client_id="agp-admin")
@@ -113,7 +113,7 @@ def failure_cache(request, settings, redis_url):
 
 def test_it_throttles_after_n_failed_authentications_with_retry_after(api, auth_settings, failure_cache):
     auth_settings.AGP_TOKEN_FAILURES_PER_MINUTE = 3
-    _, secret = client_create(client_id="svc", scopes=list(ALL_SCOPES), actor="test")
+    _, secret = client_create(client_id="svc", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     assert [_fail(api).status_code for _ in range(3)] == [401, 401, 401]
     throttled = _fail(api)
     assert throttled.status_code == 429
@@ -128,7 +128,7 @@ def test_it_throttles_after_n_failed_authentications_with_retry_after(api, auth_
 
 def test_it_throttles_per_client_across_addresses_and_per_address_across_clients(api, auth_settings):
     auth_settings.AGP_TOKEN_FAILURES_PER_MINUTE = 2
-    _, secret = client_create(client_id="other", scopes=list(ALL_SCOPES), actor="test")
+    _, secret = client_create(client_id="other", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     _fail(api, "svc", "10.0.0.1"), _fail(api, "svc", "10.0.0.2")
     assert _fail(api, "svc", "10.0.0.3").status_code == 429  # the client's count is reached
     _fail(api, "x1", "10.0.0.9"), _fail(api, "x2", "10.0.0.9")
@@ -139,7 +139,7 @@ def test_it_throttles_per_client_across_addresses_and_per_address_across_clients
 
 def test_it_does_not_count_successful_authentications(api, auth_settings):
     auth_settings.AGP_TOKEN_FAILURES_PER_MINUTE = 2
-    _, secret = client_create(client_id="svc", scopes=list(ALL_SCOPES), actor="test")
+    _, secret = client_create(client_id="svc", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     statuses = [token_request(api, {"grant_type": "client_credentials"}, basic=("svc", secret)).status_code
                 for _ in range(5)]
     assert statuses == [200] * 5

@@ -30,7 +30,7 @@ def token_for(api, client_id: str, secret: str):
 
 
 def test_it_creates_a_client_and_prints_its_secret_once(api, auth_settings):
-    output = run("create_client", "svc-billing", "--scopes", "agp.registry.read,agp.decision.read",
+    output = run("create_client", "svc-billing", "--kind", "operator", "--scopes", "agp.registry.read,agp.decision.read",
                  "--description", "billing agent")
     secret = next(line.split(":", 1)[1].strip() for line in output.splitlines() if line.startswith("client_secret:"))
     assert len(secret) >= 40
@@ -49,16 +49,16 @@ def test_it_creates_a_client_and_prints_its_secret_once(api, auth_settings):
 
 
 def test_it_creates_a_client_with_every_scope_and_json_output(auth_settings):
-    data = json.loads(run("create_client", "ops", "--scopes", "all", "--json"))
+    data = json.loads(run("create_client", "ops", "--kind", "operator", "--scopes", "all", "--json"))
     assert data["client_id"] == "ops"
     assert data["scopes"] == list(ALL_SCOPES)
     assert Client.objects.get(client_id="ops").check_secret(data["client_secret"])
 
 
 @pytest.mark.parametrize("args,message", [
-    (["create_client", "bad id", "--scopes", "all"], "client_id"),
-    (["create_client", "svc", "--scopes", "agp.everything"], "agp.everything"),
-    (["create_client", "svc", "--scopes", "all", "agp.registry.read"], "'all'"),
+    (["create_client", "bad id", "--kind", "operator", "--scopes", "all"], "client_id"),
+    (["create_client", "svc", "--kind", "operator", "--scopes", "agp.everything"], "agp.everything"),
+    (["create_client", "svc", "--kind", "operator", "--scopes", "all", "agp.registry.read"], "'all'"),
     (["rotate_client_secret", "nobody"], "nobody"),
     (["disable_client", "nobody"], "nobody"),
 ])
@@ -70,27 +70,27 @@ def test_it_refuses_bad_arguments_without_writing(args, message):
 
 
 def test_it_refuses_a_duplicate_client_id():
-    run("create_client", "svc", "--scopes", "all")
+    run("create_client", "svc", "--kind", "operator", "--scopes", "all")
     with pytest.raises(CommandError, match="exists"):
-        run("create_client", "svc", "--scopes", "agp.registry.read")
+        run("create_client", "svc", "--kind", "operator", "--scopes", "agp.registry.read")
     assert Client.objects.get(client_id="svc").scopes == list(ALL_SCOPES)
 
 
 def test_it_lists_clients_with_their_state_and_scopes():
-    run("create_client", "a-client", "--scopes", "agp.registry.read")
-    run("create_client", "b-client", "--scopes", "agp.execution.read", "agp.execution.write")
+    run("create_client", "a-client", "--kind", "operator", "--scopes", "agp.registry.read")
+    run("create_client", "b-client", "--kind", "operator", "--scopes", "agp.execution.read", "agp.execution.write")
     run("disable_client", "b-client")
     rows = json.loads(run("list_clients", "--json"))
     assert [(r["client_id"], r["active"], r["scopes"]) for r in rows] == [
         ("a-client", True, ["agp.registry.read"]),
         ("b-client", False, ["agp.execution.read", "agp.execution.write"])]
     table = run("list_clients").splitlines()
-    assert table[0].split() == ["CLIENT_ID", "ACTIVE", "CREATED_AT", "SCOPES"]
-    assert table[2].split()[:2] == ["b-client", "no"]
+    assert table[0].split() == ["CLIENT_ID", "KIND", "ACTIVE", "CREATED_AT", "SCOPES"]
+    assert table[2].split()[:3] == ["b-client", "operator", "no"]
 
 
 def test_it_rotates_a_secret_so_only_the_new_one_works(api, auth_settings):
-    old = json.loads(run("create_client", "svc", "--scopes", "all", "--json"))["client_secret"]
+    old = json.loads(run("create_client", "svc", "--kind", "operator", "--scopes", "all", "--json"))["client_secret"]
     new = json.loads(run("rotate_client_secret", "svc", "--json"))["client_secret"]
     assert new != old
     assert token_for(api, "svc", old).status_code == 401
@@ -100,7 +100,7 @@ def test_it_rotates_a_secret_so_only_the_new_one_works(api, auth_settings):
 
 
 def test_it_disables_and_enables_a_client(api, auth_settings):
-    secret = json.loads(run("create_client", "svc", "--scopes", "all", "--json"))["client_secret"]
+    secret = json.loads(run("create_client", "svc", "--kind", "operator", "--scopes", "all", "--json"))["client_secret"]
     token = token_for(api, "svc", secret).json()["access_token"]
     assert "Disabled" in run("disable_client", "svc")
     assert token_for(api, "svc", secret).status_code == 401
@@ -112,7 +112,7 @@ def test_it_disables_and_enables_a_client(api, auth_settings):
 
 
 def test_it_sets_a_clients_scopes():
-    run("create_client", "svc", "--scopes", "all")
+    run("create_client", "svc", "--kind", "operator", "--scopes", "all")
     run("set_client_scopes", "svc", "--scopes", "agp.execution.read")
     assert Client.objects.get(client_id="svc").scopes == ["agp.execution.read"]
     assert LedgerEvent.objects.filter(event_type="api_client.updated").get().payload == {

@@ -6,7 +6,10 @@ exceptions, written out below independently of the views' own declarations:
 
 - GET on a group's resource: the group's ``.read`` or ``.write``; POST/PATCH: ``.write``;
 - POST approvals: ``agp.approval.write``; POST policy-evaluations: ``agp.policy.write``;
-  POST revocations: ``agp.revocation.write``;
+  POST revocations: ``agp.revocation.write`` (or ``agp.registry.write``, for an agent client
+  revoking a delegation its agent granted);
+- every method on clients: ``agp.admin``;
+
 - GET operations: any of the execution and decision read/write scopes;
 - POST and PATCH freezes (C13): ``agp.revocation.write``; GET freezes: the registry's;
 - POST backtests (C14): ``agp.policy.write``; PATCH operations: ``agp.execution.write``, or
@@ -31,11 +34,13 @@ GROUP_OF_COLLECTION = {
     **dict.fromkeys(["contexts", "evidence-bundles", "decisions", "policy-evaluations", "approvals", "escalations",
                      "commerce-sessions", "impact-assessments", "backtests"], "decision"),
     **dict.fromkeys(["action-envelopes", "receipts", "ledger-events", "replay", "operations"], "execution"),
+    "clients": "admin",
 }
 WRITE_EXCEPTIONS = {
     ("POST", "approvals"): {"agp.approval.write"},
     ("POST", "policy-evaluations"): {"agp.policy.write"},
-    ("POST", "revocations"): {"agp.revocation.write"},
+    # An agent client may revoke a delegation its agent granted with the registry scope it holds.
+    ("POST", "revocations"): {"agp.revocation.write", "agp.registry.write"},
     ("POST", "freezes"): {"agp.revocation.write"},
     ("PATCH", "freezes"): {"agp.revocation.write"},
     ("POST", "backtests"): {"agp.policy.write"},
@@ -46,6 +51,8 @@ OPERATION_READERS = {"agp.execution.read", "agp.execution.write", "agp.decision.
 
 def expected_scopes(collection: str, method: str) -> set[str]:
     group = GROUP_OF_COLLECTION[collection]
+    if group == "admin":
+        return {"agp.admin"}
     if method == "GET":
         if collection == "operations":
             return OPERATION_READERS

@@ -19,7 +19,7 @@ READERS = ["agp.registry.read", "agp.execution.read"]
 @pytest.fixture
 def reader(auth_settings):
     """A client holding two read scopes, with its secret."""
-    client, secret = client_create(client_id="svc:reader", scopes=READERS, actor="test")
+    client, secret = client_create(client_id="svc:reader", kind="operator", scopes=READERS, actor="test")
     return client, secret
 
 
@@ -46,7 +46,8 @@ def test_it_issues_a_token_for_form_credentials(api, reader):
     # The only event so far is the ledger's record of the client's creation (no secret in it).
     assert [(e["event_type"], e["resource_id"], e["actor"]) for e in listed.json()["items"]] == [
         ("api_client.created", "svc:reader", "test")]
-    assert LedgerEvent.objects.get().payload == {"scopes": READERS, "description": ""}
+    assert LedgerEvent.objects.get().payload == {"kind": "operator", "agent_id": "", "subject": "", "tenants": [],
+                                                 "scopes": READERS, "description": ""}
 
 
 def test_it_issues_a_token_for_http_basic_credentials(api, reader):
@@ -201,7 +202,7 @@ def test_it_answers_other_methods_with_405_in_the_oauth_shape(api, auth_settings
 
 def test_it_issues_no_token_when_authentication_is_off(api, settings):
     settings.AGP_AUTH_SECRET = None
-    client, secret = client_create(client_id="svc", scopes=list(ALL_SCOPES), actor="test")
+    client, secret = client_create(client_id="svc", kind="operator", scopes=list(ALL_SCOPES), actor="test")
     response = token_request(api, {"grant_type": "client_credentials"}, basic=(client.client_id, secret))
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_request"

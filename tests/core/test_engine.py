@@ -24,7 +24,7 @@ def _no_opa(settings):
 def test_it_allows_when_allow_is_true_and_nothing_denies():
     result = evaluate(PAYMENTS, {"action_class": "read", "amount": 10, "limits": LIMITS, "merchant": "shop"})
 
-    assert result.as_result() == {"allow": True, "require_approval": False, "reasons": []}
+    assert result.as_result() == {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}
     assert result.engine == "regorus"
     assert result.package == "data.agp.payments"
 
@@ -43,21 +43,21 @@ def test_it_denies_even_when_allow_is_true():
 
     assert evaluate(ruleset, {"block": False}).allow is True
     result = evaluate(ruleset, {"block": True})
-    assert result.as_result() == {"allow": False, "require_approval": False, "reasons": ["no"]}
+    assert result.as_result() == {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": ["no"]}
 
 
 def test_it_reports_require_approval():
     result = evaluate(PAYMENTS, {"action_class": "transact", "amount": 500, "limits": LIMITS, "merchant": "shop"})
 
-    assert result.as_result() == {"allow": True, "require_approval": True, "reasons": []}
+    assert result.as_result() == {"allow": True, "require_approval": True, "approvals_required": 1, "reasons": []}
 
 
 @pytest.mark.parametrize(("amount", "expected"), [
-    (0, {"allow": True, "require_approval": False, "reasons": []}),
-    (100, {"allow": True, "require_approval": False, "reasons": []}),
-    (100.5, {"allow": True, "require_approval": True, "reasons": []}),
-    (1000, {"allow": True, "require_approval": True, "reasons": []}),
-    (1001, {"allow": False, "require_approval": True, "reasons": ["amount 1001 exceeds hard maximum 1000"]}),
+    (0, {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}),
+    (100, {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}),
+    (100.5, {"allow": True, "require_approval": True, "approvals_required": 1, "reasons": []}),
+    (1000, {"allow": True, "require_approval": True, "approvals_required": 1, "reasons": []}),
+    (1001, {"allow": False, "require_approval": True, "approvals_required": 1, "reasons": ["amount 1001 exceeds hard maximum 1000"]}),
 ])
 def test_it_follows_data_dependent_rules(amount, expected):
     result = evaluate(PAYMENTS, {"action_class": "transact", "amount": amount, "limits": LIMITS, "merchant": "shop"})
@@ -70,14 +70,14 @@ def test_it_reads_thresholds_from_the_input_not_from_the_policy():
 
     result = evaluate(PAYMENTS, {"action_class": "transact", "amount": 50, "limits": low_limits, "merchant": "shop"})
 
-    assert result.as_result() == {"allow": False, "require_approval": True,
+    assert result.as_result() == {"allow": False, "require_approval": True, "approvals_required": 1,
                                   "reasons": ["amount 50 exceeds hard maximum 5"]}
 
 
 def test_it_treats_a_missing_allow_rule_as_false():
     result = evaluate('package agp.silent\nimport rego.v1\nrequire_approval := true\n', {})
 
-    assert result.as_result() == {"allow": False, "require_approval": True, "reasons": []}
+    assert result.as_result() == {"allow": False, "require_approval": True, "approvals_required": 1, "reasons": []}
 
 
 def test_it_treats_an_undefined_allow_as_false():
@@ -260,7 +260,7 @@ def test_it_evaluates_from_several_threads_at_once():
 def test_it_treats_an_undefined_complete_deny_as_no_denial():
     ruleset = 'package agp.cdeny\nimport rego.v1\nallow := true\ndeny := {"blocked"} if input.block\n'
 
-    assert evaluate(ruleset, {"block": False}).as_result() == {"allow": True, "require_approval": False,
+    assert evaluate(ruleset, {"block": False}).as_result() == {"allow": True, "require_approval": False, "approvals_required": 0,
                                                               "reasons": []}
     assert evaluate(ruleset, {"block": True}).reasons == ("blocked",)
 

@@ -131,7 +131,7 @@ def test_it_asks_opa_and_reads_the_package_document_like_the_embedded_engine(opa
 def test_it_refuses_when_opa_does_not_have_the_package(opa):
     result = evaluate(PAYMENTS, {"action_class": "read", "amount": 1, "limits": LIMITS})
 
-    assert result.as_result() == {"allow": False, "require_approval": False, "reasons": []}
+    assert result.as_result() == {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": []}
     assert len(opa.requests) == 1
 
 
@@ -152,7 +152,7 @@ def test_it_refuses_when_opa_answers_something_that_is_not_json(opa):
 
     result = evaluate(PAYMENTS, {})
 
-    assert result.as_result() == {"allow": False, "require_approval": False,
+    assert result.as_result() == {"allow": False, "require_approval": False, "approvals_required": 0,
                                   "reasons": ["OPA evaluation error: the response is not a JSON object"]}
 
 
@@ -213,7 +213,7 @@ def test_it_records_an_api_evaluation_made_by_opa(opa, api):
     response = api.post("/agp/policy-evaluations", body, format="json")
 
     assert response.status_code == 201
-    assert response.json()["result"] == {"allow": False, "require_approval": True,
+    assert response.json()["result"] == {"allow": False, "require_approval": True, "approvals_required": 1,
                                          "reasons": ["amount 5000 exceeds hard maximum 1000"]}
     evaluation = PolicyEvaluation.objects.get(evaluation_id=response.json()["evaluation_id"])
     assert evaluation.allowed is False

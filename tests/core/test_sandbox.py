@@ -46,7 +46,7 @@ def test_it_stops_a_ruleset_that_runs_past_the_time_limit():
     result = evaluate(SPINNING)
     elapsed = time.monotonic() - started
 
-    assert result.as_result() == {"allow": False, "require_approval": False, "reasons": [
+    assert result.as_result() == {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": [
         "policy evaluation stopped: it exceeded the time limit of 300 ms (AGP_POLICY_TIMEOUT_MS)"]}
     assert 0.3 <= elapsed < 2.0
 
@@ -69,7 +69,7 @@ def test_it_answers_the_next_evaluation_normally_after_stopping_one():
     assert evaluate(SPINNING).allow is False
     assert evaluate(HOARDING).allow is False
 
-    assert evaluate(PAYMENTS, ORDINARY_INPUT).as_result() == {"allow": True, "require_approval": False,
+    assert evaluate(PAYMENTS, ORDINARY_INPUT).as_result() == {"allow": True, "require_approval": False, "approvals_required": 0,
                                                              "reasons": []}
 
 

@@ -1,4 +1,4 @@
-"""POST/GET /agp/approvals: immutable, expiring, signed; and the approval_valid_for selector."""
+"""POST/GET /agp/approvals: immutable, expiring, signed, and made by the people they name."""
 
 from datetime import timedelta
 
@@ -9,8 +9,8 @@ from rest_framework.test import APIClient
 from agp_project.signing import get_signer, verify_resource
 from core.models import LedgerEvent
 from decision.models import Approval
-from decision.selectors import approval_valid_for
-from tests.decision.factories import make_approval, make_decision, make_task
+from tests.decision.factories import make_decision, make_task
+from tests.identity import client_api, person_api
 
 pytestmark = pytest.mark.django_db
 
@@ -20,10 +20,11 @@ def in_an_hour():
 
 
 def body(decision, **overrides):
+    """An approval of ``decision``; an override of None leaves the field out."""
     data = {"decision_ref": decision.decision_id, "approver": "human:carol", "verdict": "approved",
             "conditions": ["amount under 500"], "expires_at": in_an_hour()}
     data.update(overrides)
-    return data
+    return {name: value for name, value in data.items() if value is not None}
 
 
 def test_it_records_a_signed_approval(api):
@@ -86,14 +87,58 @@ def test_it_needs_an_expiry(api):
     assert not Approval.objects.exists()
 
 
-def test_it_refuses_an_agent_approving_its_own_decision(api):
+@pytest.mark.parametrize("approver", ["agent-7", "AGENT-7"])
+def test_it_refuses_an_agent_approving_its_own_decision(api, approver):
     decision = make_decision(task=make_task(), agent_id="agent-7")
 
-    response = api.post("/agp/approvals", body(decision, approver="agent-7"), format="json")
+    response = api.post("/agp/approvals", body(decision, approver=approver), format="json")
 
     assert response.status_code == 422
     assert response.json()["error"]["details"]["failed_checks"][0]["check"] == "approver_independent"
     assert not Approval.objects.exists()
+
+
+def test_a_persons_approval_is_made_as_their_subject(auth_settings):
+    decision = make_decision(task=make_task())
+    carol = person_api("carol@example.com", [decision.task.root_principal])
+
+    refused = carol.post("/agp/approvals", body(decision, approver="cro@example.com"), format="json")
+    response = carol.post("/agp/approvals", body(decision, approver=None), format="json")
+
+    assert refused.status_code == 403
+    assert refused.json()["error"]["details"]["field"] == "approver"
+    assert response.status_code == 201, response.content
+    row = Approval.objects.get()
+    assert (row.approver, row.approver_kind) == ("carol@example.com", "human")
+    assert response.json()["approver_client"] == row.approver_client == row.created_by
+
+
+def test_a_person_cannot_approve_a_decision_they_recorded(auth_settings):
+    task = make_task()
+    alice, alice_client = client_api("human", [task.root_principal], subject="alice@example.com",
+                                     scopes=["agp.decision.write", "agp.approval.write"])
+    decision = alice.post("/agp/decisions", {"task_id": task.task_id, "agent_id": "agent-1", "outcome": "approve"},
+                          format="json").json()
+    # Nor with a second client of the same person.
+    again = person_api("Alice@Example.com", [task.root_principal])
+    for api in (alice, again):
+        response = api.post("/agp/approvals", {**body(make_decision(task=task), approver=None),
+                                               "decision_ref": decision["decision_id"]}, format="json")
+
+        assert response.status_code == 422, response.content
+        assert "asked for this action" in response.json()["error"]["details"]["failed_checks"][0]["reason"]
+    assert not Approval.objects.filter(decision_id=decision["decision_id"]).exists()
+
+
+def test_an_operators_approval_is_recorded_as_an_operators(make_token, authed_api):
+    decision = make_decision(task=make_task())
+    response = authed_api.post("/agp/approvals", body(decision, approver="Chief Risk Officer"), format="json")
+    assert response.status_code == 201
+    assert Approval.objects.get().approver_kind == "operator"  # check 7 counts only people's approvals
+    missing = authed_api.post("/agp/approvals", body(decision, approver=None), format="json")
+    assert missing.json()["error"]["details"]["fields"] == {
+        "approver": ["Required: only a person's client approves as itself."]}
+
 
 
 def test_it_needs_the_approval_write_scope(make_token):
@@ -120,49 +165,6 @@ def test_it_lists_approvals_of_a_decision(api):
 
     assert response.status_code == 200
     assert [item["decision_ref"] for item in response.json()["items"]] == [decision.decision_id]
-
-
-# --- approval_valid_for ---------------------------------------------------------------------
-def test_approval_valid_for_finds_the_newest_unexpired_approval():
-    decision = make_decision(task=make_task())
-    now = timezone.now()
-    make_approval(decision=decision, expires_at=now + timedelta(minutes=5), created_at=now - timedelta(seconds=2))
-    newest = make_approval(decision=decision, expires_at=now + timedelta(minutes=10), created_at=now)
-
-    assert approval_valid_for(decision=decision, now=now) == newest
-    assert approval_valid_for(decision=decision.decision_id, now=now) == newest
-
-
-def test_approval_valid_for_ignores_expired_approvals():
-    decision = make_decision(task=make_task())
-    now = timezone.now()
-    make_approval(decision=decision, expires_at=now + timedelta(minutes=5))
-
-    assert approval_valid_for(decision=decision, now=now + timedelta(minutes=5)) is None
-
-
-def test_approval_valid_for_treats_a_later_rejection_as_withdrawal():
-    decision = make_decision(task=make_task())
-    now = timezone.now()
-    make_approval(decision=decision, expires_at=now + timedelta(hours=1), created_at=now - timedelta(seconds=2))
-    make_approval(decision=decision, verdict="rejected", expires_at=now + timedelta(minutes=5), created_at=now)
-
-    assert approval_valid_for(decision=decision, now=now) is None
-    # A rejection does not stop counting when it expires: the approval it withdrew stays withdrawn.
-    assert approval_valid_for(decision=decision, now=now + timedelta(minutes=6)) is None
-
-
-def test_approval_valid_for_accepts_an_approval_given_after_a_rejection():
-    decision = make_decision(task=make_task())
-    now = timezone.now()
-    make_approval(decision=decision, verdict="rejected", created_at=now - timedelta(seconds=2))
-    again = make_approval(decision=decision, expires_at=now + timedelta(hours=1), created_at=now)
-
-    assert approval_valid_for(decision=decision, now=now) == again
-
-
-def test_approval_valid_for_is_none_without_approvals():
-    assert approval_valid_for(decision=make_decision(task=make_task()), now=timezone.now()) is None
 
 
 def test_it_refuses_an_approval_dated_in_the_future(api):

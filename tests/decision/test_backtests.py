@@ -18,6 +18,7 @@ from execution.selectors import action_ids_citing
 from tests.decision.factories import make_decision
 from tests.execution.factories import RULESET, make_policy_set, make_world
 from tests.execution.worker import ledger_event_types, submit_async
+from tests.identity import person_api
 from tests.registry.test_policy_sets_api import SPINS_ON_DEMAND
 
 pytestmark = pytest.mark.django_db
@@ -68,7 +69,7 @@ def record(world, amount, *, policy_set=None, agent_id=None, task=None, evaluate
     now = evaluated_at or timezone.now()
     policy_input = {"action_class": "transact", "amount": amount, "divisor": 1, **extra_input}
     allowed = amount <= 1000
-    result = {"allow": allowed, "require_approval": False, "reasons": [] if allowed else ["amount over 1000"]}
+    result = {"allow": allowed, "require_approval": False, "approvals_required": 0, "reasons": [] if allowed else ["amount over 1000"]}
     # Made for the world's own action, as an evaluation an envelope may cite (C12).
     action = action_document(tool_id=world.tool_id, operation=world.operation, parameters=world.parameters)
     return PolicyEvaluation.objects.create(
@@ -262,7 +263,7 @@ def test_it_re_evaluates_the_window_and_stores_the_summary_and_the_changes(api):
     newly_denied = record(world, 500)
     weekend = record(world, 30, weekend=True)
     newly_allowed = PolicyEvaluation.objects.filter(pk=record(world, 10).pk)
-    newly_allowed.update(allowed=False, result={"allow": False, "require_approval": False, "reasons": ["x"]})
+    newly_allowed.update(allowed=False, result={"allow": False, "require_approval": False, "approvals_required": 0, "reasons": ["x"]})
     errored = record(world, 10, divisor=0)
     decision = make_decision(task=world.task, agent_id=world.agent_id, status="finalised", evaluation=newly_denied)
     envelope = submit_async(api, world.envelope_request(policy_decision_ref=newly_denied.evaluation_id,
@@ -284,9 +285,9 @@ def test_it_re_evaluates_the_window_and_stores_the_summary_and_the_changes(api):
     assert changes[newly_denied.evaluation_id] == {
         "evaluation_id": newly_denied.evaluation_id,
         "action_ids": [envelope["result_url"].rsplit("/", 1)[1]],
-        "before": {"allow": True, "require_approval": False, "reasons": []},
-        "after": {"allow": False, "require_approval": True, "reasons": ["amount over 100"]}}
-    assert changes[approval.evaluation_id]["after"] == {"allow": True, "require_approval": True, "reasons": []}
+        "before": {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []},
+        "after": {"allow": False, "require_approval": True, "approvals_required": 1, "reasons": ["amount over 100"]}}
+    assert changes[approval.evaluation_id]["after"] == {"allow": True, "require_approval": True, "approvals_required": 1, "reasons": []}
     assert changes[errored.evaluation_id]["after"]["allow"] is False
     assert body["by_reason"] == {"amount over 100": 1, "weekend": 1,
                                  changes[errored.evaluation_id]["after"]["reasons"][0]: 1}
@@ -378,7 +379,7 @@ def test_a_re_evaluation_past_the_engine_s_time_limit_is_an_error_and_the_run_go
     assert (body["evaluations"], body["errors"], body["newly_denied"], body["unchanged"]) == (4, 1, 1, 3)
     [change] = body["changes"]
     assert change["evaluation_id"] == records[1].evaluation_id
-    assert change["after"] == {"allow": False, "require_approval": False, "reasons": [
+    assert change["after"] == {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": [
         "policy evaluation stopped: it exceeded the time limit of 300 ms (AGP_POLICY_TIMEOUT_MS)"]}
     assert elapsed < 5  # one stopped evaluation costs its limit, not the minutes it would spin
 
@@ -449,7 +450,7 @@ def test_a_candidate_that_runs_away_is_stopped_at_the_engine_s_time_limit_on_eac
     assert {k: body[k] for k in ("evaluations", "unchanged", "newly_denied", "by_reason")} == {
         "evaluations": 5, "unchanged": 2, "newly_denied": 3, "by_reason": {stopped: 3}}
     assert {change["evaluation_id"]: change["after"] for change in body["changes"]} == {
-        evaluation.evaluation_id: {"allow": False, "require_approval": False, "reasons": [stopped]}
+        evaluation.evaluation_id: {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": [stopped]}
         for evaluation in spinning}
 
 
@@ -469,7 +470,21 @@ def test_a_pending_backtest_is_cancelled_through_its_operation_and_then_never_ru
     assert ledger_event_types(backtest_of(operation)) == ["backtest.created", "backtest.cancelled"]
 
 
+def test_only_the_client_that_asked_for_a_backtest_or_an_operator_cancels_it(auth_settings):
+    candidate = make_policy_set(ruleset=CANDIDATE, root_principal="acme")
+    owner, other = (person_api(subject, ["acme"], scopes=["agp.policy.write", "agp.decision.read"])
+                    for subject in ("owner@acme.example", "other@acme.example"))
+    operation = start(owner, policy_set_id=candidate.policy_set_id)
+
+    refused = other.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
+    cancelled = owner.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
+
+    assert (refused.status_code, refused.json()["error"]["code"]) == (403, "AGP_FORBIDDEN")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+
+
 def test_an_unknown_operation_is_a_404_for_both_kinds(api):
+
     assert api.get("/agp/operations/op_none").status_code == 404
     response = api.patch("/agp/operations/op_none", {"status": "cancelled"}, format="json")
     assert response.status_code == 404 and response.json()["error"]["code"] == "AGP_NOT_FOUND"

@@ -22,7 +22,7 @@ def test_it_stores_a_context_with_its_content_hash(api):
     assert response.status_code == 201
     assert response.json() == {"type": "Context", "context_id": "ctx-1", "task_id": task.task_id,
                                "agent_id": "agent-1", "data": data, "content_hash": content_hash(data),
-                               "created_at": response.json()["created_at"]}
+                               "created_at": response.json()["created_at"], "created_by": "anonymous"}
     row = Context.objects.get(context_id="ctx-1")
     assert (row.data, row.content_hash) == (data, content_hash(data))
     event = LedgerEvent.objects.get(resource_id="ctx-1")

@@ -56,7 +56,8 @@ def test_it_creates_a_draft_decision_citing_records_of_its_task(api):
         "type": "Decision", "decision_id": "dec-1", "task_id": task.task_id, "agent_id": "agent-1",
         "outcome": "approve", "rationale": "within limits", "context_ref": context["context_id"],
         "evidence_refs": [bundle["bundle_id"]], "policy_evaluation_ref": evaluation.evaluation_id,
-        "status": "draft", "finalised_at": None, "created_at": response.json()["created_at"]}
+        "status": "draft", "finalised_at": None, "created_at": response.json()["created_at"],
+        "created_by": "anonymous"}
     decision = Decision.objects.get(decision_id="dec-1")
     assert (decision.status, decision.context_id, decision.policy_evaluation_id) == (
         "draft", context["context_id"], evaluation.evaluation_id)

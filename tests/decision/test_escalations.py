@@ -33,7 +33,7 @@ def test_it_opens_an_escalation_on_a_decision_and_its_task(api):
         "type": "Escalation", "escalation_id": "esc-1", "task_id": task.task_id,
         "decision_ref": decision.decision_id, "action_id": "act-9", "raised_by": "watcher", "reason": "too risky",
         "status": "open", "outcome": None, "resolved_by": None, "resolution_notes": None, "resolved_at": None,
-        "created_at": response.json()["created_at"]}
+        "root_principal": task.root_principal, "created_at": response.json()["created_at"], "created_by": "anonymous"}
     row = Escalation.objects.get(escalation_id="esc-1")
     assert (row.status, row.task_id, row.decision_id, row.action_id) == ("open", task.task_id,
                                                                           decision.decision_id, "act-9")

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 RESPONSE_FIELDS = ["type", "assessment_id", "task_id", "decision_ref", "agent_id", "time_horizons",
                    "stakeholders_affected", "pareto_assessment", "ethical_framework_applied", "recommendation",
-                   "recommendation_rationale", "assessed_at", "signature"]
+                   "recommendation_rationale", "assessed_at", "signature", "created_by"]
 
 
 def jwks():
@@ -226,3 +226,21 @@ def test_it_lists_assessments_of_a_decision(api):
     assert len(response.json()["items"]) == 2
     assert {item["decision_ref"] for item in response.json()["items"]} == {decision.decision_id}
     assert all(verify_resource(item, jwks()) for item in response.json()["items"])
+
+
+def test_an_assessment_by_the_decisions_own_agent_does_not_satisfy_rule_5_but_its_veto_stands(api):
+    task = make_task(risk_level="high", action_class="transact")
+    decision = make_decision(task=task, agent_id="agent-1")
+    assert api.post("/agp/impact-assessments", minimal(task, decision, agent_id="agent-1"),
+                    format="json").status_code == 201
+
+    response = api.patch(f"/agp/decisions/{decision.decision_id}", {"status": "finalised"}, format="json")
+
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "AGP_IMPACT_ASSESSMENT_REQUIRED"
+    veto = make_decision(task=task, agent_id="agent-2")
+    api.post("/agp/impact-assessments", minimal(task, veto, agent_id="agent-2", recommendation="do_not_proceed"),
+             format="json")
+    api.post("/agp/impact-assessments", minimal(task, veto, agent_id="assessor-1"), format="json")
+    refused = api.patch(f"/agp/decisions/{veto.decision_id}", {"status": "finalised"}, format="json")
+    assert refused.json()["error"]["details"]["failed_checks"][0]["check"] == "impact_assessment_recommendation"

@@ -37,7 +37,7 @@ def test_it_evaluates_the_ruleset_and_stores_the_result(api):
     data = response.json()
     assert response["Location"] == "http://testserver/agp/policy-evaluations/pev-1"
     assert data["type"] == "PolicyEvaluation"
-    assert data["result"] == {"allow": True, "require_approval": True, "reasons": []}
+    assert data["result"] == {"allow": True, "require_approval": True, "approvals_required": 1, "reasons": []}
     assert data["input_hash"] == content_hash(request["input"])
     assert data["ruleset_hash"] == ruleset_hash(PAYMENTS)
     assert data["warnings"] == []
@@ -59,7 +59,7 @@ def test_it_records_denial_reasons(api):
     response = api.post("/agp/policy-evaluations", request, format="json")
 
     assert response.status_code == 201
-    assert response.json()["result"] == {"allow": False, "require_approval": True, "reasons": [
+    assert response.json()["result"] == {"allow": False, "require_approval": True, "approvals_required": 1, "reasons": [
         "amount 2000 exceeds hard maximum 1000", "merchant is blocked"]}
     assert PolicyEvaluation.objects.get().allowed is False
 

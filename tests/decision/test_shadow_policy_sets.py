@@ -118,7 +118,8 @@ def test_an_evaluation_records_each_active_shadow_and_its_disagreement_without_c
     answered = evaluate(api, world, amount=500)
 
     # Answered with its own verdict; each shadow is named, not yet evaluated.
-    assert answered["result"] == plain["result"] == {"allow": True, "require_approval": False, "reasons": []}
+    assert answered["result"] == plain["result"] == {"allow": True, "require_approval": False,
+                                                     "approvals_required": 0, "reasons": []}
     assert answered["shadow_results"] == [
         {"policy_set_id": "ps-a-same", "allow": None, "matches": None},
         {"policy_set_id": "ps-b-stricter", "allow": None, "matches": None}]
@@ -167,7 +168,7 @@ def test_a_shadow_judges_the_action_the_evaluation_was_made_for(api):
 
     # The outcome is the shadowed set's, the same for all three; the shadow saw each action.
     assert refund["result"] == large["result"] == delete["result"] == {
-        "allow": True, "require_approval": False, "reasons": []}
+        "allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}
     assert [body["shadow_results"] for body in (refund, large, delete)] == [
         [{"policy_set_id": "ps-refunds-only", "allow": True, "matches": True}],
         [{"policy_set_id": "ps-refunds-only", "allow": False, "matches": False}],
@@ -183,7 +184,7 @@ def test_a_shadow_stopped_at_the_engine_s_time_limit_is_recorded_with_its_reason
     evaluation = evaluate(api, world, amount=500)
     shadowed = record_shadows(api, evaluation)
 
-    assert evaluation["result"] == {"allow": True, "require_approval": False, "reasons": []}
+    assert evaluation["result"] == {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}
     assert shadowed["shadow_results"] == [{"policy_set_id": "ps-spinning", "allow": False, "matches": False}]
     event = LedgerEvent.objects.get(resource_id=evaluation["evaluation_id"], event_type="policy_evaluation.shadowed")
     assert event.payload["shadow_results"]["ps-spinning"]["reasons"] == [

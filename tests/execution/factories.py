@@ -283,7 +283,9 @@ def make_world(action_class: str = "read", risk_level: str = "low", **overrides)
     if overrides.get("approval", True):
         approval = Approval.objects.create(
             approval_id=new_id("apr"), decision=decision, approver=f"approver-{suffix}", verdict="approved",
+            approver_kind="human", approver_client=f"approver-client-{suffix}",
             conditions=["log every call"], expires_at=later, created_at=now)
+
 
     session = binding = None
     if overrides.get("commerce", transact):

@@ -16,8 +16,10 @@ from decimal import Decimal
 from django.utils import timezone
 
 from agp_project.ids import new_id
+from auth_tokens.services import auth_enabled
 from execution.runner import operation_execute
 from tests.execution.factories import RULESET
+from tests.identity import person_api
 
 
 def _created(response) -> dict:
@@ -50,11 +52,12 @@ def make_executed_action(api, *, execute: bool = True, parameters: dict | None =
         "agent_id": agent, "delegation_id": child["delegation_id"], "tool_id": "payments", "operations": ["refund"],
         "allowed_parameter_ranges": {"amount": {"min": 0, "max": amount_max}, "currency": {"enum": ["USD"]}},
         "expires_at": later})
-    post("/agp/skills", {"agent_id": agent, "name": "payments", "tool_id": "payments", "version": "1",
-                         "connector": "noop"})
-    post("/agp/liability-bindings", {"root_principal": root, "agent_id": agent, "liable_party": root,
+    skill = post("/agp/skills", {"agent_id": agent, "name": "payments", "tool_id": "payments", "version": "1",
+                                 "connector": "noop", "root_principal": root})
+    binding = post("/agp/liability-bindings", {"root_principal": root, "agent_id": agent, "liable_party": root,
                                      "coverage": {"currency": "USD", "amount": 10000}, "expires_at": later})
-    policy_set = post("/agp/policy-sets", {"name": "refunds", "version": "1.0.0", "ruleset": RULESET})
+    policy_set = post("/agp/policy-sets", {"name": "refunds", "version": "1.0.0", "ruleset": RULESET,
+                                           "root_principal": root})
     evaluation = post("/agp/policy-evaluations", {
         "policy_set_id": policy_set["policy_set_id"], "task_id": task["task_id"], "agent_id": agent,
         "input": {"action_class": "transact", "require_approval": True, "amount": 50},
@@ -62,15 +65,22 @@ def make_executed_action(api, *, execute: bool = True, parameters: dict | None =
     decision = post("/agp/decisions", {"task_id": task["task_id"], "agent_id": agent, "outcome": "approve",
                                        "rationale": "within policy",
                                        "policy_evaluation_ref": evaluation["evaluation_id"]})
-    post("/agp/impact-assessments", {
+    assessment = post("/agp/impact-assessments", {
         "task_id": task["task_id"], "decision_ref": decision["decision_id"], "agent_id": f"assessor-{suffix}",
         "time_horizons": [{"horizon": "immediate", "consequences": ["funds move"], "severity": "minor",
                            "reversible": True}],
         "recommendation": "proceed"})
     _created(api.patch(f"/agp/decisions/{decision['decision_id']}", {"status": "finalised"}, format="json"))
-    post("/agp/approvals", {"decision_ref": decision["decision_id"], "approver": f"human-{suffix}",
-                            "verdict": "approved", "conditions": ["log every call"], "expires_at": later})
-    post("/agp/commerce-sessions", {"task_id": task["task_id"], "agent_id": agent,
+    approval = {"decision_ref": decision["decision_id"], "verdict": "approved", "conditions": ["log every call"],
+                "expires_at": later}
+    if auth_enabled():
+        # With authentication on, only a person's approval counts: approve with a human client's token.
+        approval = _created(person_api(f"human-{suffix}", [root]).post("/agp/approvals", approval,
+                                                                                  format="json"))
+    else:
+        approval = post("/agp/approvals", {**approval, "approver": f"human-{suffix}"})
+
+    session = post("/agp/commerce-sessions", {"task_id": task["task_id"], "agent_id": agent,
                                     "delegation_id": child["delegation_id"], "merchant": "acme", "currency": "USD",
                                     "amount_limit": 200, "expires_at": later})
     action_id = new_id("act")
@@ -84,4 +94,8 @@ def make_executed_action(api, *, execute: bool = True, parameters: dict | None =
     if execute:
         assert operation_execute(operation_id=operation_id, executor="test-worker") == "succeeded"
     return {"action_id": action_id, "operation_id": operation_id, "task_id": task["task_id"],
-            "decision_id": decision["decision_id"], "delegation_id": child["delegation_id"]}
+            "decision_id": decision["decision_id"], "delegation_id": child["delegation_id"], "root_principal": root,
+            "agent_id": agent, "capability_id": capability["capability_id"], "skill_id": skill["skill_id"],
+            "binding_id": binding["binding_id"], "policy_set_id": policy_set["policy_set_id"],
+            "evaluation_id": evaluation["evaluation_id"], "assessment_id": assessment["assessment_id"],
+            "approval_id": approval["approval_id"], "session_id": session["session_id"]}

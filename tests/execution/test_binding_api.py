@@ -220,7 +220,7 @@ def test_an_evaluation_of_amount_ten_does_not_clear_a_transact_of_five_thousand(
     five_thousand = evaluate(api, world, policy_set_id=policy_set["policy_set_id"],
                              action={"tool_id": "payments", "operation": "pay", "parameters": large})
     assert ten["result"]["allow"] is True
-    assert five_thousand["result"] == {"allow": False, "require_approval": False, "reasons": ["amount over 1000"]}
+    assert five_thousand["result"] == {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": ["amount over 1000"]}
     decision = decide(api, world, ten)
 
     spend = world.envelope_request(parameters=large, policy_decision_ref=ten["evaluation_id"],

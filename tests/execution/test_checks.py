@@ -10,6 +10,7 @@ from django.db.models import F, Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agp_project.exactjson import decimal_text
 from core.models import LedgerEvent, OutboxMessage
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from execution.checks import EnvelopeInputs, envelope_checks, envelope_recheck, parameters_violations
@@ -66,7 +67,7 @@ def _deny_decision(world, body):
 
 def _disallow_evaluation(world, body):
     PolicyEvaluation.objects.filter(pk=world.evaluation.pk).update(
-        allowed=False, result={"allow": False, "require_approval": True, "reasons": ["amount over 1000"]})
+        allowed=False, result={"allow": False, "require_approval": True, "approvals_required": 1, "reasons": ["amount over 1000"]})
 
 
 def _delete_assessment(world, body):
@@ -413,7 +414,8 @@ def test_it_fails_commerce_without_room_in_the_session():
     world = make_full_world()
     CommerceSession.objects.filter(pk=world.session.pk).update(spent_amount=Decimal("120"),
                                                                reserved_amount=Decimal("40"))
-    assert "left, less than 50" in _commerce_reason(world)
+    # Amounts as the API writes them: 40, not 40.0000 (the column's scale).
+    assert "has 40 USD left, less than 50" in _commerce_reason(world)
 
 
 def test_it_fails_commerce_beyond_the_delegation_spend_limit():
@@ -653,7 +655,7 @@ def test_it_reports_money_datetimes_and_ranges_as_stored():
 
     assert _failed(report) == ["capability", "commerce"]
     room = session.amount_limit - session.spent_amount - session.reserved_amount
-    assert f"has {room} USD left, less than 50" in report.result("commerce")["reason"]
+    assert f"has {decimal_text(room)} USD left, less than 50" in report.result("commerce")["reason"]
     assert f"expired at {capability.expires_at.isoformat()}" in report.result("capability")["reason"]
     assert report.allowed_parameter_ranges == capability.allowed_parameter_ranges
 
@@ -668,7 +670,9 @@ def test_it_reports_the_spending_under_a_link_as_the_orm_sums_it():
     reason = _commerce_reason(world)
 
     limit = Delegation.objects.get(pk=world.root_delegation.pk).spend_amount
-    assert reason.endswith(f"spend limit {limit} USD would be exceeded ({used} already spent or reserved)")
+    assert reason.endswith(f"spend limit {decimal_text(limit)} USD would be exceeded ({decimal_text(used)} already "
+                           f"spent or reserved)")
+    assert reason.endswith("spend limit 500 USD would be exceeded (520.75 already spent or reserved)")
 
 
 def test_it_fails_closed_on_an_empty_reference():

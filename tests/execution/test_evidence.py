@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agp_client import VerificationError, numbers, verify_evidence
-from agp_project.signing import Signer
+from agp_project.signing import Signer, get_signer
 from core.models import Checkpoint, LedgerEvent
 from core.services import checkpoint_create
 from execution.evidence import action_ledger_events
@@ -90,7 +90,7 @@ def test_it_gathers_the_whole_story_of_an_action_with_every_event_proved(api):
         assert rfc9162.verify_inclusion(event["sequence"] - 1, checkpoint.tree_size, leaf,
                                         [bytes.fromhex(h) for h in proof["audit_path"]], root)
 
-    summary = verify_evidence(bundle)
+    summary = verify_evidence(bundle, jwks=service_keys())
     assert summary == {"action_id": action_id, "signatures": 10, "ledger_events": 8,
                        "tree_size": checkpoint.tree_size, "root_hash": checkpoint.root_hash,
                        "kids": [bundle["jwks"]["keys"][0]["kid"]]}
@@ -106,7 +106,7 @@ def test_it_proves_against_the_newest_checkpoint_when_that_covers_the_action(api
 
     assert bundle["checkpoint"]["tree_size"] == newest.tree_size
     assert Checkpoint.objects.count() == 1  # none signed for it
-    verify_evidence(bundle)
+    verify_evidence(bundle, jwks=service_keys())
 
 
 def test_an_action_not_executed_yet_has_evidence_too(api):
@@ -119,7 +119,7 @@ def test_an_action_not_executed_yet_has_evidence_too(api):
     assert bundle["records"]["payment"]["status"] == "reserved"
     assert [item["event"]["event_type"] for item in bundle["ledger_events"]] == [
         "payment.reserved", "envelope.accepted", "operation.created"]
-    assert verify_evidence(bundle)["signatures"] == 9
+    assert verify_evidence(bundle, jwks=service_keys())["signatures"] == 9
 
 
 def test_the_ledger_events_of_an_action_are_those_of_its_records(api):
@@ -148,6 +148,10 @@ def test_it_needs_an_execution_scope(make_token, authed_api, api):
 
 
 # --- the offline verifier, as a separate process ----------------------------------------------------------
+
+def service_keys() -> dict:
+    return {"keys": [get_signer().jwk()]}
+
 
 def verify_file(path: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "agp_client", "verify-evidence", str(path), *extra],
@@ -202,7 +206,7 @@ def tamperings(bundle: dict) -> list[tuple[str, object, str]]:
         ("the checkpoint's size", setter("checkpoint", "tree_size", value=size + 1),
          f"checkpoint {size + 1}: its content is not what was signed"),
         ("the JWKS", setter("jwks", value={"keys": [other_key]}),
-         f"checkpoint {size}: it is signed with key"),
+         "no trusted key: the JWKS given holds none, or the bundle holds no key with a pinned kid"),
         ("the bundle's type", setter("type", value="EvidenceBundle"), "not an evidence bundle"),
         ("a record of the wrong kind", setter("records", "approvals", value=["apr_1"]), "the bundle is malformed"),
     ]
@@ -213,7 +217,7 @@ def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api
     untouched = tmp_path / "evidence.json"
     untouched.write_text(json.dumps(bundle))
 
-    done = verify_file(untouched)
+    done = verify_file(untouched, "--kid", get_signer().kid)
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"OK: evidence for action {bundle['action_id']} verified: 10 signatures, "
@@ -224,12 +228,12 @@ def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api
         path = tmp_path / f"tampered-{name.replace(' ', '-')}.json"
         path.write_text(json.dumps(tampered))
 
-        done = verify_file(path)
+        done = verify_file(path, "--kid", get_signer().kid)
 
         assert done.returncode == 1, (name, done.stdout, done.stderr)
         assert done.stderr.startswith(f"FAILED: {failure}"), (name, done.stderr)
         with pytest.raises(VerificationError, match="^" + failure.replace("(", r"\(").replace(")", r"\)")):
-            verify_evidence(tampered)
+            verify_evidence(tampered, kids={get_signer().kid})
 
 
 def test_a_bundle_with_exact_numbers_verifies_offline_as_downloaded(api, tmp_path):
@@ -243,17 +247,17 @@ def test_a_bundle_with_exact_numbers_verifies_offline_as_downloaded(api, tmp_pat
     downloaded = tmp_path / "evidence.json"
     downloaded.write_bytes(response.content)
 
-    done = verify_file(downloaded)
+    done = verify_file(downloaded, "--kid", get_signer().kid)
 
     assert done.returncode == 0, done.stderr
     assert f'"max":{limit}' in response.content.decode()
     bundle = numbers.loads(response.content)
     assert bundle["records"]["capability"]["allowed_parameter_ranges"]["amount"]["max"] == Decimal(limit)
-    assert verify_evidence(bundle)["signatures"] == 10
+    assert verify_evidence(bundle, jwks=service_keys())["signatures"] == 10
     # Read as binary doubles (json.loads' default), the bundle no longer hashes as it was signed.
     rounded = tmp_path / "rounded.json"
     rounded.write_text(json.dumps(json.loads(response.content)))
-    refused = verify_file(rounded)
+    refused = verify_file(rounded, "--kid", get_signer().kid)
     assert refused.returncode == 1 and refused.stderr.startswith("FAILED: "), refused.stderr
 
 
@@ -276,7 +280,7 @@ def test_a_client_event_that_names_an_action_in_its_payload_stays_out_of_its_tra
 
     types = [item["event"]["event_type"] for item in bundle["ledger_events"]]
     assert "client.reviewed" in types and "client.refund.reversed" not in types
-    assert verify_evidence(bundle)["action_id"] == action_id
+    assert verify_evidence(bundle, jwks=service_keys())["action_id"] == action_id
 
 
 def test_a_bundle_file_naming_a_member_twice_is_refused(api, tmp_path):
@@ -288,7 +292,7 @@ def test_a_bundle_file_naming_a_member_twice_is_refused(api, tmp_path):
     opening = '{"type":"ActionEvidence",'
     doubled.write_text(text.replace(opening, opening + '"action_id":"act_other",', 1))
 
-    done = verify_file(doubled)
+    done = verify_file(doubled, "--kid", get_signer().kid)
 
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "'action_id' appear more than once" in done.stderr
@@ -305,9 +309,9 @@ def test_verify_evidence_checks_against_a_trusted_jwks_when_given(api, tmp_path)
 
     trusted = verify_file(path, "--jwks", str(right))
     refused = verify_file(path, "--jwks", str(wrong))
-    unreadable = verify_file(tmp_path / "missing.json")
+    unreadable = verify_file(tmp_path / "missing.json", "--jwks", str(right))
 
-    assert trusted.returncode == 0 and "from the JWKS given" in trusted.stdout
+    assert trusted.returncode == 0 and f"from the JWKS file {right}" in trusted.stdout
     assert refused.returncode == 1 and "which the JWKS does not hold" in refused.stderr
     assert unreadable.returncode == 2 and "cannot read the evidence bundle" in unreadable.stderr
 
@@ -318,3 +322,42 @@ def test_the_verifier_imports_nothing_of_the_service():
              "{'django', 'rest_framework', 'agp_project', 'core', 'registry', 'decision', 'execution'}))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_verify_evidence_trusts_only_the_keys_it_is_told_to(api, tmp_path):
+    # A bundle re-signed by a key put beside the service's in its own JWKS: every signature is
+    # the other key's, so only a verifier that trusts the bundle's keys would pass it.
+    bundle = evidence(api, make_executed_action(api)["action_id"])
+    forger = Signer(Ed25519PrivateKey.generate(), "agp")
+    forged = copy.deepcopy(bundle)
+    forged["jwks"]["keys"].append(forger.jwk())
+    forged["checkpoint"]["signature"] = forger.sign({k: v for k, v in forged["checkpoint"].items() if k != "signature"})
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(forged))
+    keys = tmp_path / "jwks.json"
+    keys.write_text(json.dumps(service_keys()))
+
+    unsaid = verify_file(path)
+    pinned = verify_file(path, "--kid", get_signer().kid)
+    given = verify_file(path, "--jwks", str(keys))
+
+    assert unsaid.returncode == 2 and "--jwks" in unsaid.stderr and "--kid" in unsaid.stderr
+    assert (pinned.returncode, given.returncode) == (1, 1)
+    assert pinned.stderr.startswith(f"FAILED: checkpoint {bundle['checkpoint']['tree_size']}: it is signed with key")
+    with pytest.raises(ValueError, match="say which keys to trust"):
+        verify_evidence(bundle)
+
+
+def test_verify_evidence_can_trust_the_keys_the_service_publishes(transactional_db, api, live_server, tmp_path):
+    from core.models import LedgerHead
+
+    LedgerHead.objects.get_or_create(pk=1)  # a transactional test before may have flushed it
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(evidence(api, make_executed_action(api)["action_id"])))
+
+    done = verify_file(path, "--service", live_server.url)
+    unreachable = verify_file(path, "--service", "http://127.0.0.1:9")
+
+    assert done.returncode == 0, done.stderr
+    assert f"from the service at {live_server.url}" in done.stdout
+    assert unreachable.returncode == 2 and "cannot read the service's JWKS" in unreachable.stderr

@@ -115,7 +115,7 @@ def test_it_evaluates_the_recorded_policy_input_under_a_candidate_policy_set(api
     what_if = response.json()["what_if"]
     assert what_if["policy_set_id"] == candidate.policy_set_id
     assert what_if["ruleset_hash"] == candidate.ruleset_hash
-    assert what_if["result"] == {"allow": False, "require_approval": False,
+    assert what_if["result"] == {"allow": False, "require_approval": False, "approvals_required": 0,
                                  "reasons": ["transact actions are suspended"]}
     assert what_if["original_result"]["allow"] is True
     assert what_if["matches"] is False
@@ -123,7 +123,7 @@ def test_it_evaluates_the_recorded_policy_input_under_a_candidate_policy_set(api
 
     same = make_policy_set(ruleset=RULESET, name="same", version="1.0.1")
     what_if = api.get(f"/agp/replay/{action_id}", {"policy_set_id": same.policy_set_id}).json()["what_if"]
-    assert what_if["result"] == {"allow": True, "require_approval": True, "reasons": []}
+    assert what_if["result"] == {"allow": True, "require_approval": True, "approvals_required": 1, "reasons": []}
     assert what_if["matches"] is True
 
 

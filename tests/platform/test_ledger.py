@@ -273,7 +273,7 @@ class TestLedgerEventsApi:
                         "actor": "auditor-1", "payload": {"ok": True}, "payload_hash": content_hash({"ok": True}),
                         "prev_hash": GENESIS_HASH, "hash": event.hash,
                         "recorded_at": event.recorded_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                        "task_id": None, "action_id": None}
+                        "task_id": None, "action_id": None, "root_principal": None}
         assert event.event_id.startswith("evt_")
         assert api.get(f"/agp/ledger-events/{event.sequence}").json() == body
 

@@ -89,6 +89,21 @@ def test_a_range_is_split_into_perfect_subtrees_from_the_left():
         merkle.subtrees(1, 3)
 
 
-@pytest.mark.parametrize("name", ["leaf_hash", "node_hash", "verify_inclusion", "verify_consistency"])
+@pytest.mark.parametrize("name", ["leaf_hash", "node_hash", "is_hash", "is_count", "verify_inclusion",
+                                  "verify_consistency"])
 def test_the_client_verifies_with_the_same_text_as_the_service(name):
     assert inspect.getsource(getattr(agp_client.merkle, name)) == inspect.getsource(getattr(merkle, name))
+
+
+@pytest.mark.parametrize("verifier", [merkle, agp_client.merkle], ids=["service", "client"])
+def test_the_verifiers_refuse_hashes_that_are_not_32_bytes_and_booleans_as_counts(verifier):
+    leaf = verifier.leaf_hash(b"event")
+    # A tree of one leaf: its root is the leaf hash, and the proof is empty.
+    assert verifier.verify_inclusion(leaf, 0, 1, [], leaf)
+    assert not verifier.verify_inclusion(b"", 0, 1, [], b"")
+    assert not verifier.verify_inclusion(leaf[:31], 0, 1, [], leaf[:31])
+    assert not verifier.verify_inclusion(leaf, False, True, [], leaf)
+    assert verifier.verify_consistency(1, 1, leaf, leaf, [])
+    assert not verifier.verify_consistency(True, True, leaf, leaf, [])
+    assert not verifier.verify_consistency(1, 1, b"", b"", [])
+    assert not verifier.verify_consistency(1, 2, leaf, verifier.node_hash(leaf, leaf), ["00" * 32])

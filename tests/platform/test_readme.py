@@ -108,7 +108,7 @@ def test_the_quick_start_curl_line_answers_with_the_api_index(quick_start):
     [line] = commands(code_blocks(section("Quick start"), "sh")[1])[0]
     index = json.loads(run(line, quick_start))
     assert index["openapi"] == f"{quick_start.url}/agp/openapi.json"
-    assert [group["name"] for group in index["groups"]] == ["registry", "decision", "execution"]
+    assert [group["name"] for group in index["groups"]] == ["registry", "decision", "execution", "admin"]
 
 
 def test_the_authentication_lines_start_a_server_that_needs_the_token_they_get(tmp_path):

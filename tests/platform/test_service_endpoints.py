@@ -132,7 +132,7 @@ def test_the_api_index_links_every_group_the_openapi_document_and_the_docs(api, 
     index = response.json()
     assert (index["openapi"], index["docs"]) == ("http://testserver/agp/openapi.json", "http://testserver/agp/docs")
     groups = {group["name"]: group for group in index["groups"]}
-    assert list(groups) == ["registry", "decision", "execution"]
+    assert list(groups) == ["registry", "decision", "execution", "admin"]
     assert groups["registry"]["collections"]["delegations"] == "http://testserver/agp/delegations"
     assert "http://testserver/agp/operations/{operation_id}" in groups["execution"]["paths"]
     collections = {name for group in groups.values() for name in group["collections"]}

@@ -11,7 +11,9 @@ pytestmark = pytest.mark.django_db
 
 
 # Members rendered only when set (older signatures cover documents without them).
-WHEN_SET = {"shadow_of": None, "tests": [], "test_summary": None, "governance": {}}
+WHEN_SET = {"shadow_of": None, "tests": [], "test_summary": None, "governance": {}, "created_by": "", "approver_client": "",
+            "root_principal": None}
+
 
 
 def declared(serializer_class, instance) -> dict:

@@ -218,8 +218,8 @@ def test_a_revoked_skill_cannot_be_superseded(api, local_mcp, mcp_servers):
 
 @pytest.mark.parametrize(("supersedes", "fields", "message"), [
     ("skl-nope", {}, "No skill with id 'skl-nope'."),
-    ("skl-v1", {"agent_id": "agent-b"}, "a new version keeps both"),
-    ("skl-v1", {"tool_id": "mail"}, "a new version keeps both"),
+    ("skl-v1", {"agent_id": "agent-b"}, "a new version keeps all three"),
+    ("skl-v1", {"tool_id": "mail"}, "a new version keeps all three"),
 ])
 def test_it_refuses_to_supersede_a_skill_of_another_agent_or_tool_before_asking_the_server(
         api, local_mcp, mcp_servers, supersedes, fields, message):

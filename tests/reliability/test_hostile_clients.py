@@ -104,7 +104,7 @@ def test_a_runaway_ruleset_is_stopped_within_its_limit_while_a_get_on_the_same_w
 
     response = outcome["response"]
     assert response.status_code == 201, response.text
-    assert response.json()["result"] == {"allow": False, "require_approval": False, "reasons": [
+    assert response.json()["result"] == {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": [
         f"policy evaluation stopped: it exceeded the time limit of {TIME_LIMIT_MS} ms (AGP_POLICY_TIMEOUT_MS)"]}
     assert TIME_LIMIT_MS / 1000 <= outcome["seconds"] < TIME_LIMIT_MS / 1000 + 2
     assert len(latencies) >= 5 and max(latencies) < 0.5, latencies
@@ -133,7 +133,7 @@ def test_a_what_if_under_another_policy_set_needs_the_policy_scope_and_runs_unde
     started = time.monotonic()
     answered = author.get(replay, params={"policy_set_id": hoarding.policy_set_id}, timeout=30)
     assert answered.status_code == 200, answered.text
-    assert answered.json()["what_if"]["result"] == {"allow": False, "require_approval": False, "reasons": [
+    assert answered.json()["what_if"]["result"] == {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": [
         "policy evaluation stopped: it exceeded the memory limit of 256 MB (AGP_POLICY_MEMORY_MB)"]}
     assert time.monotonic() - started < TIME_LIMIT_MS / 1000 + 2
 
@@ -206,7 +206,7 @@ def test_only_the_bound_executor_may_post_an_external_receipt(stack, as_client, 
     body = {"action_id": action_id, "operation_id": operation_id, "status": "succeeded",
             "result": {"made": "up"}, "executor": "the-real-tool"}
     forged = intruder.post(f"{stack.url}/agp/receipts", json=body, timeout=30)
-    assert_envelope(forged, 403, "AGP_INSUFFICIENT_SCOPE")
+    assert_envelope(forged, 403, "AGP_FORBIDDEN")
     assert Operation.objects.get(operation_id=operation_id).status == "running"
     assert not Receipt.objects.filter(operation_id=operation_id).exists()
     genuine = submitter.post(f"{stack.url}/agp/receipts", json={**body, "result": {"ticket": 7}}, timeout=30)
@@ -220,8 +220,7 @@ def test_only_the_bound_executor_may_post_an_external_receipt(stack, as_client, 
     world = make_world(connector="external", executor_client_id="robot")
     operation_id, action_id = _awaiting_receipt(stack, submitter, world)
     body = {"action_id": action_id, "operation_id": operation_id, "status": "succeeded"}
-    assert_envelope(submitter.post(f"{stack.url}/agp/receipts", json=body, timeout=30), 403,
-                    "AGP_INSUFFICIENT_SCOPE")
+    assert_envelope(submitter.post(f"{stack.url}/agp/receipts", json=body, timeout=30), 403, "AGP_FORBIDDEN")
     assert robot.post(f"{stack.url}/agp/receipts", json=body, timeout=30).status_code == 201
     assert Receipt.objects.get(operation_id=operation_id).posted_by == "robot"
 

@@ -70,7 +70,10 @@ def seeded(transactional_db, authed_api, make_token, fuzz_stack):
     draft = make_decision(task=world.task, agent_id=world.agent_id)
     freeze = authed_api.post("/agp/freezes", {"target_type": "agent", "target_id": "agent-fuzz-frozen",
                                               "reason": "seed"}, format="json").json()
-    ids = {"policy_set_id": world.policy_set.policy_set_id, "task_id": world.task.task_id,
+    seed_client = authed_api.post("/agp/clients", {"kind": "human", "subject": "seed@fuzz.example",
+                                                   "tenants": [world.root_principal]}, format="json").json()
+    ids = {"client_id": seed_client["client_id"], "policy_set_id": world.policy_set.policy_set_id,
+           "task_id": world.task.task_id,
            "decision_id": draft.decision_id, "operation_id": operation["operation_id"],
            "escalation_id": escalation["escalation_id"], "freeze_id": freeze["freeze_id"]}
     session = requests.Session()
@@ -123,6 +126,8 @@ def valid_bodies(world, draft, operation) -> dict[tuple[str, str], dict]:
         ("POST", "/agp/backtests"): {"policy_set_id": world.policy_set.policy_set_id},
         ("POST", "/agp/ledger-events"): {"event_type": "client.fuzz", "resource_type": "F", "resource_id": "f",
                                          "payload": {"k": 1}},
+        ("POST", "/agp/clients"): {"kind": "agent", "agent_id": "agent-fuzz", "tenants": ["org:fuzz"]},
+        ("PATCH", "/agp/clients/{client_id}"): {"description": "fuzzed"},
         ("PATCH", "/agp/tasks/{task_id}"): {"status": "closed"},
         ("PATCH", "/agp/decisions/{decision_id}"): {"status": "finalised"},
         ("PATCH", "/agp/policy-sets/{policy_set_id}"): {"status": "deprecated"},

@@ -70,7 +70,10 @@ def seed_records(api) -> dict[str, str]:
     created["backtest_id"] = post("/agp/backtests", {
         "policy_set_id": world.policy_set.policy_set_id})["result_url"].rsplit("/", 1)[1]
 
+    created["client_id"] = post("/agp/clients", {
+        "kind": "human", "subject": "fuzz@example.com", "tenants": [world.task.root_principal]})["client_id"]
     created["tree_size"] = str(checkpoint_create().tree_size)
+
 
     receipt = Receipt.objects.get(operation_id=accepted["operation_id"])
     created.update(

@@ -20,6 +20,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--username", required=True, help="login name of the new auditor")
         parser.add_argument("--email", default="", help="optional e-mail address")
+        parser.add_argument("--tenant", dest="tenants", action="append", default=[], metavar="ROOT_PRINCIPAL",
+                            help="a tenant (root principal) whose records alone the auditor sees; repeat for "
+                                 "several; none: every tenant")
         parser.add_argument("--password", help="the password (visible in the process list: prefer the prompt "
                                                "or a generated one)")
         parser.add_argument("--generate-password", action="store_true",
@@ -28,10 +31,13 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         password, generated = self._password(options)
         try:
-            user = auditor_create(username=options["username"], password=password, email=options["email"])
+            user = auditor_create(username=options["username"], password=password, email=options["email"],
+                                  tenants=options["tenants"])
         except errors.AGPError as exc:
             raise CommandError(exc.message) from None
-        self.stdout.write(f"auditor {user.username!r} created (staff, group {AUDITORS_GROUP!r}, not a superuser)")
+        reach = f"tenants {' '.join(options['tenants'])}" if options["tenants"] else "every tenant"
+        self.stdout.write(f"auditor {user.username!r} created (staff, group {AUDITORS_GROUP!r}, not a superuser; "
+                          f"sees {reach})")
         if generated:
             self.stdout.write(f"password: {password}")
             self.stdout.write("it is shown only this once; the database keeps only its hash")

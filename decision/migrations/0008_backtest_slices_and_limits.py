@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('decision', '0006_commerce_session_limit_at_four_decimals'),
+        ('decision', '0007_authors_and_tenants'),
         ('registry', '0007_skill_executor_client_and_exact_json_numbers'),
     ]
 

@@ -1,0 +1,32 @@
+"""What a newcomer's first runs leave behind: the test suite must not make the next
+``scripts/serve`` reinstall its dependencies, nor leave it messages to chew on."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+from tests.platform.conftest import ROOT, clean_env
+
+
+def test_a_start_with_an_external_venv_leaves_the_checkouts_own_install_stamp_alone(tmp_path):
+    # A virtualenv that is this test's interpreter (every dependency installed), as the
+    # tests' scripts/serve uses .venv through AGP_VENV.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    own = venv / ".agp-install-stamp"
+    own.write_text("the checkout's own install\n")
+
+    done = subprocess.run(["bash", "-c", 'source scripts/_venv.sh && echo "ready"'], cwd=ROOT,
+                          env=clean_env(AGP_VENV=str(venv)), capture_output=True, text=True, timeout=300)
+
+    assert done.returncode == 0, done.stderr
+    assert own.read_text() == "the checkout's own install\n"
+    assert (venv / ".agp-install-stamp-deps").exists()
+
+
+def test_the_tests_publish_to_a_broker_folder_of_their_own():
+    folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
+    assert folder.is_dir() and not folder.is_relative_to(ROOT)
