@@ -2,6 +2,8 @@
 virtualenv, away from the checkout, each app and the client library import from it."""
 
 import json
+import shutil
+
 import subprocess
 import sys
 import sysconfig
@@ -16,8 +18,16 @@ PACKAGES = [*APPS, "agp_project", "agp_client"]
 
 
 def test_the_wheel_installs_every_app_and_its_templates(tmp_path):
+    # Built from a copy of the checkout's files: the build writes build/ and *.egg-info beside its sources.
+    source = tmp_path / "source"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                    "--wheel-dir", str(tmp_path / "dist"), str(ROOT)], check=True, timeout=300,
+                    "--wheel-dir", str(tmp_path / "dist"), str(source)], check=True, timeout=300,
                    capture_output=True)
     [wheel] = (tmp_path / "dist").glob("agp-*.whl")
     venv = tmp_path / "venv"
