@@ -13,15 +13,34 @@
   Celery worker, which share it): gunicorn alone cannot know whether a worker still writes there.
 - Logs: with ``AGP_LOG_FORMAT=json``, gunicorn's own lines (start, workers, access log) are
   JSON objects like the application's, the access line with the request's ``X-Request-ID``.
+  In either format an ``access_token`` in a query string (which the API refuses) is written
+  ``[redacted]``: a token in a log is a credential for whoever reads the log.
 """
 
 import os
 
+from gunicorn.glogging import Logger
 from prometheus_client import multiprocess
+
+from agp_project.logformat import redact_url
 
 limit_request_line = 4094
 limit_request_fields = 100
 limit_request_field_size = 8190
+
+
+class RedactingLogger(Logger):
+    """gunicorn's logger, with tokens in the URL's query hidden from the access line's atoms."""
+
+    def atoms(self, resp, req, environ, request_time):
+        atoms = super().atoms(resp, req, environ, request_time)
+        for key in ("r", "q", "f"):  # the request line, the query string, the referring URL
+            if isinstance(atoms.get(key), str):
+                atoms[key] = redact_url(atoms[key])
+        return atoms
+
+
+logger_class = RedactingLogger
 
 
 def child_exit(server, worker):

@@ -29,24 +29,33 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-# Tasks an operator is waiting on: they go to the control queue beside the default one
-# (settings: CELERY_TASK_QUEUES), which every worker consumes and takes turns with, so they
-# start as soon as a worker process is free rather than behind every queued operation.
-# By name: registry.choices.FREEZE_TASK lives in an app above this package, which may not
-# import it. The router is a function, not a settings dict, because the queue it names
-# follows the default queue of the moment (tests point the app at a queue of their own).
+# Tasks an operator is waiting on go to the control queue, and policy work nobody waits on
+# (backtests, shadow evaluations) to the background queue, beside the default one (settings:
+# CELERY_TASK_QUEUES). Every worker consumes the three and takes them in turns, so a control
+# starts as soon as a worker process is free rather than behind every queued operation, and
+# an operation never waits behind a backlog of background work. By name: the tasks live in
+# apps above this package, which may not import them. The router is a function, not a
+# settings dict, because the queues it names follow the default queue of the moment (tests
+# point the app at a queue of their own).
 CONTROL_TASKS = frozenset({"agp.enforce_freeze"})
+BACKGROUND_TASKS = frozenset({"agp.run_backtest", "agp.evaluate_shadows"})
 
 
 def control_queue(default_queue: str) -> str:
     return f"{default_queue}.control"
 
 
-def route_controls(name, args, kwargs, options, task=None, **kw):
-    """Celery router (CELERY_TASK_ROUTES): control tasks to the control queue of the current
-    default queue, everything else to the default queue."""
+def background_queue(default_queue: str) -> str:
+    return f"{default_queue}.background"
+
+
+def route_by_kind(name, args, kwargs, options, task=None, **kw):
+    """Celery router (CELERY_TASK_ROUTES): control tasks to the control queue, background tasks
+    to the background queue (both of the current default queue), everything else to the default."""
     if name in CONTROL_TASKS:
         return {"queue": control_queue(app.conf.task_default_queue)}
+    if name in BACKGROUND_TASKS:
+        return {"queue": background_queue(app.conf.task_default_queue)}
     return None
 
 

@@ -188,8 +188,22 @@ class InternalError(AGPError):
     default_message = "An internal error occurred."
 
 
+# Seconds a client is told to wait before retrying a 503 that names no better time: about
+# what a restarted database or broker takes to answer again.
+UNAVAILABLE_RETRY_AFTER = 5
+
+
 class Unavailable(AGPError):
+    """503 AGP_UNAVAILABLE. Every one says when to retry (``Retry-After``): a retryable answer
+    without it leaves a client to guess, and clients that guess short hammer a service that
+    is coming back."""
+
     status_code = 503
     code = "AGP_UNAVAILABLE"
     retryable = True
     default_message = "A backing service is unavailable; nothing was written."
+
+    def __init__(self, message: str | None = None, *, details: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message, details=details,
+                         headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER), **(headers or {})})

@@ -8,19 +8,47 @@ and ``task_id``. gunicorn's access log lines get theirs from the response's
 ``JsonFormatter`` writes ``{"time", "level", "logger", "message", "request_id", ...}``; an
 access line adds ``http`` (remote address, request line, status, bytes, milliseconds), a
 task's line ``task`` and ``task_id``, an exception ``exception`` (the formatted traceback).
+``redact_url`` hides the value of an ``access_token`` query parameter (a bearer token
+sent in the URL, which the API refuses): gunicorn's access lines go through it
+(gunicorn.conf.py), so a token sent that way is never written to the log.
+
 Nothing here imports Django: gunicorn's master process uses it too (gunicorn.conf.py).
 """
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from urllib.parse import unquote_plus
 
 from .request_context import current_request_id, current_task
 
 ACCESS_LOGGER = "gunicorn.access"
 # gunicorn's access log atoms: remote address, request line, status, response bytes, duration (ms).
 _ACCESS_FIELDS = {"remote": "h", "request": "r", "status": "s", "bytes": "B", "duration_ms": "M"}
+
+
+# RFC 6750 2.3's query parameter: a bearer token in the URL.
+QUERY_TOKEN = "access_token"
+REDACTED = "[redacted]"
+_QUERY_PARTS = re.compile(r"([&;])")
+
+
+def redact_url(text: str) -> str:
+    """``text`` (a URL, a query string, or a request line ``GET /path?query HTTP/1.1``) with the
+    value of every ``access_token`` parameter replaced by ``[redacted]``, however its name is
+    percent-encoded."""
+    if QUERY_TOKEN[:6] not in text and "%" not in text:
+        return text
+    head, mark, rest = text.partition("?") if "?" in text else ("", "", text)
+    query, space, tail = rest.partition(" ")
+    parts = _QUERY_PARTS.split(query)
+    for index in range(0, len(parts), 2):
+        name, equals, _ = parts[index].partition("=")
+        if unquote_plus(name) == QUERY_TOKEN:
+            parts[index] = f"{name}={REDACTED}"
+    return head + mark + "".join(parts) + space + tail
 
 
 def _atom(atoms: Mapping, key: str):

@@ -21,7 +21,8 @@ skills or operations: it speaks the protocol, guards the address and keeps time.
   follows same-origin redirects only) are refused, proxies from the environment are
   ignored, and a response body larger than ``MAX_RESPONSE_BYTES`` is cut off as an error.
 - **Time.** Every HTTP exchange and every MCP request waits at most ``timeout`` seconds;
-  one whole session (handshake, listing, call, close) at most ``ROUNDS * timeout``.
+  one whole session (handshake, listing, call, close) at most ``ROUNDS * timeout``, or the
+  ``deadline`` its caller gives (registration gives a short one: it holds a web thread).
 - **Safety of a repeat.** ``MCPFailure.call_sent`` says whether a ``tools/call`` may have
   reached the server. Everything before it (connecting, the handshake, ``tools/list``) is
   safe to repeat; the call itself is not, whatever the tool's annotations claim (they are
@@ -101,17 +102,20 @@ def tool_definition_hash(tool: dict[str, Any]) -> str:
                          f"({type(exc).__name__}: {exc})") from None
 
 
-def tools_list(url: str, *, timeout: float, field: str = "endpoint_url") -> list[dict[str, Any]]:
+def tools_list(url: str, *, timeout: float, deadline: float | None = None,
+               field: str = "endpoint_url") -> list[dict[str, Any]]:
     """Every tool the server at ``url`` lists (``tools/list``, all pages), as MCP JSON objects.
 
-    Raises ``UnsafeURL`` (refused by the guard) or ``MCPFailure``.
+    ``deadline``: seconds the whole session may take (handshake, listing, close), when that
+    is to be shorter than ``ROUNDS * timeout``. Raises ``UnsafeURL`` (refused by the guard)
+    or ``MCPFailure``.
     """
     guarded = url_guard(url, field=field)
 
     async def work(client: Client, progress: "_Progress") -> list[dict[str, Any]]:
         return [_tool_json(tool) for tool in await _listing(client)]
 
-    return _run(guarded, timeout, work)
+    return _run(guarded, timeout, work, deadline=deadline)
 
 
 async def tool_call(url: str, *, name: str, arguments: dict[str, Any], pinned_hash: str, timeout: float,
@@ -393,18 +397,23 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def _run(guarded: GuardedURL, timeout: float,
-         work: Callable[[Client, _Progress], Awaitable[T]]) -> T:
+def _run(guarded: GuardedURL, timeout: float, work: Callable[[Client, _Progress], Awaitable[T]], *,
+         deadline: float | None = None) -> T:
     """Open a session with the guarded server, run ``work`` in it, close it: in a fresh event loop."""
-    return anyio.run(_session, guarded, timeout, work)
+    return anyio.run(_session, guarded, timeout, work, deadline)
 
 
-async def _session(guarded: GuardedURL, timeout: float, work: Callable[[Client, _Progress], Awaitable[T]]) -> T:
-    """One session with the guarded server running ``work``, all within the deadline; every
-    failure is an ``MCPFailure`` (or the guard's ``UnsafeURL``)."""
+async def _session(guarded: GuardedURL, timeout: float, work: Callable[[Client, _Progress], Awaitable[T]],
+                   deadline: float | None = None) -> T:
+    """One session with the guarded server running ``work``, all within the deadline
+    (``ROUNDS * timeout`` unless given); every failure is an ``MCPFailure`` (or the guard's ``UnsafeURL``)."""
     progress = _Progress()
+    if deadline is None or deadline >= ROUNDS * timeout:
+        deadline, limit = ROUNDS * timeout, f"the connector timeout ({timeout:g} s)"
+    else:
+        limit = f"the time limit of {deadline:g} s"
     try:
-        with anyio.fail_after(ROUNDS * timeout):
+        with anyio.fail_after(deadline):
             async with httpx2.AsyncClient(transport=PinnedTransport(guarded), timeout=httpx2.Timeout(timeout),
                                           trust_env=False, follow_redirects=False,
                                           headers={"User-Agent": USER_AGENT}) as http:
@@ -415,7 +424,8 @@ async def _session(guarded: GuardedURL, timeout: float, work: Callable[[Client, 
         own = _own_failure(exc)
         if own is not None:
             raise own from None
-        raise MCPFailure(_describe(_first_leaf(exc), timeout), call_sent=progress.call_sent) from None
+        raise MCPFailure(_describe(_first_leaf(exc), timeout=timeout, limit=limit),
+                         call_sent=progress.call_sent) from None
 
 
 def _own_failure(exc: BaseException) -> MCPFailure | UnsafeURL | None:
@@ -435,9 +445,12 @@ def _first_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _describe(exc: BaseException, timeout: float) -> str:
-    """A sentence fragment naming what went wrong, for an error message."""
-    if isinstance(exc, TimeoutError | httpx2.TimeoutException):
+def _describe(exc: BaseException, *, timeout: float, limit: str) -> str:
+    """A sentence fragment naming what went wrong, for an error message; ``limit`` names the
+    session's time limit (``TimeoutError``), ``timeout`` is each exchange's."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {limit}"
+    if isinstance(exc, httpx2.TimeoutException):
         return f"no answer within the connector timeout ({timeout:g} s)"
     if isinstance(exc, httpx2.ConnectError):
         return f"cannot connect ({exc})"

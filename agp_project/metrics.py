@@ -65,8 +65,10 @@ CALLBACK_DELIVERIES = Counter(
 
 
 def count_on_commit(counter, amount: float = 1) -> None:
-    """Increment ``counter`` (a labelled child) once the current transaction commits; at once outside one."""
-    transaction.on_commit(lambda: counter.inc(amount))
+    """Increment ``counter`` (a labelled child) once the current transaction commits; at once outside one.
+
+    Robust: a failure here, after the commit, must not turn a committed request into an error."""
+    transaction.on_commit(lambda: counter.inc(amount), robust=True)
 
 
 # --- Gauges read at scrape time ----------------------------------------------------------

@@ -5,6 +5,11 @@ parse that shape: 401 ``invalid_client``, otherwise 400. Failed client authentic
 counted per source address and per client id; past ``AGP_TOKEN_FAILURES_PER_MINUTE`` in
 the current minute, every attempt from that address or for that client gets 429
 ``slow_down`` with ``Retry-After`` until the minute ends.
+
+The counts live in the shared cache (Redis, ``AGP_CACHE_URL``) and in the process's own
+memory. Either reaching the limit throttles. While Redis is down the shared counts are
+missing, but each process still counts what it sees: guessing stays limited (to the limit
+times the number of web processes) instead of becoming free while Redis is away.
 """
 
 import base64
@@ -16,7 +21,7 @@ import time
 from urllib.parse import unquote_plus
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import status
@@ -96,24 +101,29 @@ def _throttle_keys(request, client_id: str) -> list[str]:
 
 
 def _throttled(keys: list[str]) -> bool:
+    counts = list(caches["local"].get_many(keys).values())
     try:
-        counts = cache.get_many(keys)
-    except Exception:  # the cache is defence in depth; its outage must not stop token issuance
-        logger.exception("token-endpoint throttle: cache unavailable, not throttling")
-        return False
-    return any(int(count) >= settings.AGP_TOKEN_FAILURES_PER_MINUTE for count in counts.values())
+        counts += cache.get_many(keys).values()
+    except Exception:  # the shared cache is away: the process's own counts still decide
+        logger.exception("token-endpoint throttle: shared cache unavailable, throttling on this process's counts")
+    return any(int(count) >= settings.AGP_TOKEN_FAILURES_PER_MINUTE for count in counts)
 
 
 def _record_failure(keys: list[str]) -> None:
+    _count(caches["local"], keys)
     try:
-        for key in keys:
-            if not cache.add(key, 1, timeout=WINDOW_SECONDS * 2):
-                try:
-                    cache.incr(key)
-                except ValueError:  # expired between add and incr
-                    cache.set(key, 1, timeout=WINDOW_SECONDS * 2)
+        _count(cache, keys)
     except Exception:
-        logger.exception("token-endpoint throttle: cache unavailable, failure not counted")
+        logger.exception("token-endpoint throttle: shared cache unavailable, failure counted in this process only")
+
+
+def _count(counters, keys: list[str]) -> None:
+    for key in keys:
+        if not counters.add(key, 1, timeout=WINDOW_SECONDS * 2):
+            try:
+                counters.incr(key)
+            except ValueError:  # expired between add and incr
+                counters.set(key, 1, timeout=WINDOW_SECONDS * 2)
 
 
 def _retry_after() -> str:

@@ -207,7 +207,9 @@ def main() -> None:
     args = parser.parse_args()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agp_project.settings.base", "AGP_DATABASE_URL": args.database_url,
            "AGP_BROKER_URL": args.redis_url, "AGP_CACHE_URL": args.redis_url, "AGP_LOG_LEVEL": "WARNING",
-           "AGP_VAR_DIR": tempfile.mkdtemp(prefix="agp-bench-backtest-var-")}
+           "AGP_VAR_DIR": tempfile.mkdtemp(prefix="agp-bench-backtest-var-"),
+           # The whole window, however large: the bounds of a backtest are not what is measured.
+           "AGP_BACKTEST_MAX_EVALUATIONS": str(10 * args.n), "AGP_BACKTEST_MAX_SECONDS": str(int(args.timeout))}
     env.pop("AGP_AUTH_SECRET", None)
     runs = [one_size(n, args, env) for n in (args.n, 10 * args.n)]
     for run in runs:

@@ -17,7 +17,7 @@ A message carries the id of the request that caused it (``request_id``, from the
 import logging
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from agp_project.request_context import TASK_HEADER, current_request_id
@@ -39,8 +39,10 @@ def outbox_enqueue(*, task_name: str, args: list, request_id: str | None = None)
     """
     message = OutboxMessage.objects.create(task_name=task_name, args=args, created_at=timezone.now(),
                                            request_id=request_id or current_request_id() or "")
-    # The committed row is exactly this object: publish it without reading it back.
-    transaction.on_commit(lambda: _publish(message))
+    # The committed row is exactly this object: publish it without reading it back. Robust:
+    # whatever happens after the commit must not turn the committed request into an error
+    # (``_publish`` already keeps its own failures to itself; this covers the unforeseen).
+    transaction.on_commit(lambda: _publish(message), robust=True)
     return message
 
 
@@ -67,12 +69,29 @@ def _publish(message: OutboxMessage) -> bool:
         headers = {TASK_HEADER: message.request_id} if message.request_id else None
         app.send_task(message.task_name, args=message.args, headers=headers)
     except Exception as exc:  # the broker is down: the sweep will retry
-        OutboxMessage.objects.filter(pk=message_id).update(attempts=message.attempts + 1)
+        _note(message_id, attempts=message.attempts + 1)
         logger.warning("outbox: publishing message %s failed: %s", message_id, exc)
         return False
-    OutboxMessage.objects.filter(pk=message_id, status=OutboxStatus.PENDING).update(
-        status=OutboxStatus.PUBLISHED, published_at=timezone.now(), attempts=message.attempts + 1)
+    _note(message_id, status=OutboxStatus.PUBLISHED, published_at=timezone.now(), attempts=message.attempts + 1)
     return True
+
+
+def _note(message_id: int, **fields) -> None:
+    """Record a publish attempt on the row: best effort.
+
+    It runs after the commit of the work that enqueued the message, so a database that fails
+    now (a connection killed right after that commit) must not turn a committed request into
+    an error saying nothing was written. A row left ``pending`` is only sent again by the
+    sweep, and every task body is idempotent.
+    """
+    try:
+        updated = OutboxMessage.objects.filter(pk=message_id)
+        if fields.get("status") == OutboxStatus.PUBLISHED:
+            updated = updated.filter(status=OutboxStatus.PENDING)
+        updated.update(**fields)
+    except DatabaseError as exc:
+        logger.warning("outbox: recording the publish attempt of message %s failed (a row still pending is "
+                       "sent again by the sweep): %s", message_id, exc)
 
 
 def outbox_sweep(*, older_than: timedelta = SWEEP_GRACE, limit: int = 500) -> int:

@@ -11,9 +11,12 @@ The run streams the window in keyset batches (``BATCH`` rows, by primary key, be
 window's first and last keys): memory holds one batch, at most ``MAX_CHANGES`` changes and
 ``MAX_REASONS`` distinct reasons, whatever the window's size. Each re-evaluation goes
 through ``core.engine.evaluate``, with whatever limits the engine applies to any
-evaluation. The worker renews its claim with each progress write (at most every
-``PROGRESS_SECONDS``); a write that finds the backtest cancelled, or claimed by another
-worker, stops the run, which writes nothing more.
+evaluation. It runs in slices of ``SLICE_SECONDS``, each a task on the background queue that
+hands its worker process back when it ends (``backtest_run``); each slice's progress write
+renews the claim, and one that finds the backtest cancelled, or claimed by another worker,
+stops the run, which writes nothing more. A run stops early at ``AGP_BACKTEST_MAX_SECONDS``
+or ``AGP_BACKTEST_MAX_EVALUATIONS`` and says so in ``limit_reached``; a client may have
+``AGP_BACKTESTS_PER_CLIENT`` unfinished backtests (429 past it).
 """
 
 import logging
@@ -58,9 +61,12 @@ OTHER_REASONS = "(other reasons)"
 NO_REASON = "(allow is not true)"
 # Envelopes named per change.
 MAX_ACTION_IDS = 100
-# How often a running backtest writes its progress (and so renews its claim, and learns
-# that it was cancelled).
-PROGRESS_SECONDS = 1.0
+# Seconds a client past its limit of unfinished backtests is told to wait: about what a
+# backtest of an ordinary window takes.
+RATE_LIMITED_RETRY_AFTER = 30
+# How long one slice of a run lasts (then it writes its progress, which renews its claim and
+# learns whether it was cancelled, and hands its worker process back, sending the next slice).
+SLICE_SECONDS = 1.0
 
 # The fields of a recorded evaluation a re-evaluation reads: its input and the action it was
 # made for (CONTRACT C12), which ``_rego_input`` passes on as ``input.action``.
@@ -171,18 +177,31 @@ def backtest_create(*, actor: str, policy_set_id: str, baseline_policy_set_id: s
         task_id=task_id or "", agent_id=agent_id or "", requested_by=actor, root_principal=root_principal,
         created_at=now if created_at is None else not_in_future(created_at, field="created_at", now=now),
         updated_at=now)
-    try:
-        with transaction.atomic():
-            backtest.save(force_insert=True)  # the unique index decides a duplicate id, races included
-            outbox_enqueue(task_name=BACKTEST_TASK, args=[backtest.backtest_id])
-            ledger_append(event_type="backtest.created", resource_type=RESOURCE, resource_id=backtest.backtest_id,
-                          actor=actor, root_principal=root_principal, payload={
-                              "operation_id": backtest.operation_id, "policy_set_id": policy_set_id,
-                              "ruleset_hash": backtest.ruleset_hash, "baseline_policy_set_id": baseline_policy_set_id,
-                              "since": iso(since), "until": iso(until), "task_id": task_id, "agent_id": agent_id})
-    except IntegrityError:
-        raise errors.duplicate_id("backtest", "backtest_id", backtest.backtest_id) from None
-    return backtest
+    # Each unfinished backtest of a client holds one of its slots; the database's unique index
+    # (requested_by, client_slot) refuses a second holder, so concurrent requests cannot go past
+    # the limit. A slot that is taken fails the insert, and the next one is tried.
+    for slot in range(settings.AGP_BACKTESTS_PER_CLIENT):
+        backtest.client_slot = slot
+        try:
+            with transaction.atomic():
+                backtest.save(force_insert=True)  # the unique indexes decide, races included
+                outbox_enqueue(task_name=BACKTEST_TASK, args=[backtest.backtest_id])
+                ledger_append(event_type="backtest.created", resource_type=RESOURCE,
+                              resource_id=backtest.backtest_id, actor=actor, root_principal=root_principal,
+                              payload={
+                                  "operation_id": backtest.operation_id, "policy_set_id": policy_set_id,
+                                  "ruleset_hash": backtest.ruleset_hash,
+                                  "baseline_policy_set_id": baseline_policy_set_id, "since": iso(since),
+                                  "until": iso(until), "task_id": task_id, "agent_id": agent_id})
+            return backtest
+        except IntegrityError:
+            if Backtest.objects.filter(backtest_id=backtest.backtest_id).exists():
+                raise errors.duplicate_id("backtest", "backtest_id", backtest.backtest_id) from None
+    limit = settings.AGP_BACKTESTS_PER_CLIENT
+    raise errors.RateLimited(
+        f"This client already has {limit} unfinished backtests (AGP_BACKTESTS_PER_CLIENT); wait for one to end, "
+        f"or cancel one, before asking for another.",
+        details={"unfinished_backtests": limit}, headers={"Retry-After": str(RATE_LIMITED_RETRY_AFTER)})
 
 
 def backtest_cancel(*, actor: str, operation_id: str) -> Backtest:
@@ -203,7 +222,7 @@ def backtest_cancel(*, actor: str, operation_id: str) -> Backtest:
         source = backtest.status
         backtest.cancel()
         backtest.completed_at = backtest.updated_at = timezone.now()
-        backtest.lease_expires_at = None
+        backtest.lease_expires_at, backtest.resume = None, None
         backtest.save()
         ledger_append(event_type="backtest.cancelled", resource_type=RESOURCE, resource_id=backtest.backtest_id,
                       actor=actor, root_principal=backtest.root_principal, payload={"operation_id": operation_id, "from": source,
@@ -226,8 +245,14 @@ def _window(backtest: Backtest) -> QuerySet[PolicyEvaluation]:
     return window
 
 
-def _claim(*, backtest_id: str, executor: str) -> Backtest | str:
-    """pending -> running (or a takeover of a running one whose worker stopped renewing)."""
+def _claim(*, backtest_id: str, executor: str, attempt: int | None, slice_number: int | None) -> Backtest | str:
+    """Take the backtest for one slice.
+
+    A slice's own message (``attempt`` and ``slice_number`` given) continues the run it was
+    sent by, if that run still holds it: same attempt, no slice since. Any other message (the
+    first one, or recovery's) starts a pending backtest, or takes over a running one whose
+    worker stopped renewing its lease (a new attempt, from where the last slice left it).
+    """
     with transaction.atomic():
         backtest = Backtest.objects.select_for_update().filter(backtest_id=backtest_id).first()
         if backtest is None:
@@ -236,24 +261,58 @@ def _claim(*, backtest_id: str, executor: str) -> Backtest | str:
         if backtest.status in BACKTEST_TERMINAL:
             return "done"
         now = timezone.now()
-        takeover = backtest.status == BacktestStatus.RUNNING
-        if takeover and (backtest.lease_expires_at is None or backtest.lease_expires_at > now):
-            return "busy"
-        if not takeover:
-            backtest.start()
-        # A takeover starts the window again: what the previous worker counted is not kept.
-        for name in Tally.COUNTS:
-            setattr(backtest, name, 0)
-        backtest.attempts += 1
+        if slice_number is not None:
+            if (backtest.status, backtest.attempts, backtest.slices) != (BacktestStatus.RUNNING, attempt,
+                                                                         slice_number):
+                return "stale"  # its run was taken over, or this message is a repeat
+        else:
+            takeover = backtest.status == BacktestStatus.RUNNING
+            if takeover and (backtest.lease_expires_at is None or backtest.lease_expires_at > now):
+                return "busy"
+            if takeover:
+                backtest.attempts += 1
+            else:
+                backtest.start()
+                backtest.attempts, backtest.started_at = backtest.attempts + 1, now
+            ledger_append(event_type="backtest.reclaimed" if takeover else "backtest.running", resource_type=RESOURCE,
+                          resource_id=backtest_id, actor=ACTOR, root_principal=backtest.root_principal,
+                          payload={"operation_id": backtest.operation_id, "attempt": backtest.attempts,
+                                   "executor": executor})
         backtest.executor = executor
-        backtest.started_at = backtest.updated_at = now
+        backtest.updated_at = now
         backtest.lease_expires_at = now + _lease()
         backtest.save()
-        ledger_append(event_type="backtest.reclaimed" if takeover else "backtest.running", resource_type=RESOURCE,
-                      resource_id=backtest_id, actor=ACTOR, root_principal=backtest.root_principal,
-                      payload={"operation_id": backtest.operation_id, "attempt": backtest.attempts,
-                               "executor": executor})
     return backtest
+
+
+@dataclass
+class _Slice:
+    """Where the run stands: the window's keys still to go, the summary so far."""
+
+    tally: Tally
+    after_pk: int
+    last_pk: int
+
+    @classmethod
+    def resumed(cls, backtest: Backtest) -> "_Slice":
+        state = backtest.resume
+        tally = Tally(**{name: getattr(backtest, name) for name in Tally.COUNTS}, changes=state["changes"],
+                      by_reason=state["by_reason"])
+        return cls(tally=tally, after_pk=state["after_pk"], last_pk=state["last_pk"])
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"after_pk": self.after_pk, "last_pk": self.last_pk, "changes": self.tally.changes,
+                "by_reason": self.tally.by_reason}
+
+
+def _begin(backtest: Backtest) -> _Slice | None:
+    """The run's start: the window's bounds and size, written before anything is evaluated (so
+    ``total`` shows at once); None when the backtest was stopped from outside meanwhile."""
+    bounds = _window(backtest).aggregate(first=Min("pk"), last=Max("pk"), total=Count("pk"))
+    run = _Slice(tally=Tally(), after_pk=(bounds["first"] or 1) - 1, last_pk=bounds["last"] or 0)
+    backtest.total = bounds["total"]
+    written = _progress(backtest, run.tally, total=backtest.total, resume=run.resume_state())
+    return run if written else None
 
 
 def _progress(backtest: Backtest, tally: Tally, **fields: Any) -> bool:
@@ -264,7 +323,22 @@ def _progress(backtest: Backtest, tally: Tally, **fields: Any) -> bool:
         **tally.counts(), **fields, updated_at=now, lease_expires_at=now + _lease()) == 1
 
 
-def _finish(backtest: Backtest, *, tally: Tally | None = None, error: dict[str, Any] | None = None) -> bool:
+def _limit(backtest: Backtest, tally: Tally, seconds: float) -> dict[str, Any] | None:
+    """The bound the run has reached, if any: its total time or its number of evaluations."""
+    if tally.evaluations >= settings.AGP_BACKTEST_MAX_EVALUATIONS:
+        name, value, what = "AGP_BACKTEST_MAX_EVALUATIONS", settings.AGP_BACKTEST_MAX_EVALUATIONS, "evaluations"
+    elif seconds >= settings.AGP_BACKTEST_MAX_SECONDS:
+        name, value, what = "AGP_BACKTEST_MAX_SECONDS", settings.AGP_BACKTEST_MAX_SECONDS, "seconds"
+    else:
+        return None
+    left = (backtest.total or 0) - tally.evaluations
+    return {"limit": name, "value": value, "message": (
+        f"The backtest stopped at its bound of {value} {what} ({name}): {tally.evaluations} of the window's "
+        f"{backtest.total or 0} evaluations were re-evaluated, {left} were not.")}
+
+
+def _finish(backtest: Backtest, *, tally: Tally | None = None, error: dict[str, Any] | None = None,
+            limit_reached: dict[str, Any] | None = None, seconds: float = 0) -> bool:
     """running -> succeeded (with the summary) or failed (with ``error``), if still this worker's."""
     with transaction.atomic():
         current = Backtest.objects.select_for_update().filter(pk=backtest.pk).first()
@@ -276,9 +350,11 @@ def _finish(backtest: Backtest, *, tally: Tally | None = None, error: dict[str, 
             for name, value in tally.counts().items():
                 setattr(current, name, value)
             current.changes, current.by_reason = tally.changes, tally.by_reason
+            current.limit_reached, current.run_seconds = limit_reached, seconds
         else:
             current.fail()
             current.error = error
+        current.resume = None
         current.completed_at = current.updated_at = now
         current.lease_expires_at = None
         try:
@@ -287,37 +363,54 @@ def _finish(backtest: Backtest, *, tally: Tally | None = None, error: dict[str, 
             return False
         ledger_append(event_type=f"backtest.{current.status}", resource_type=RESOURCE,
                       resource_id=current.backtest_id, actor=ACTOR, root_principal=current.root_principal,
-                      payload={"operation_id": current.operation_id,
- **(tally.counts() if tally else {}),
+                      payload={"operation_id": current.operation_id, **(tally.counts() if tally else {}),
+                               "limit_reached": (limit_reached or {}).get("limit"),
                                "error_code": (error or {}).get("code")})
     return True
 
 
-def _replay(backtest: Backtest, candidate: PolicySet) -> Tally | None:
-    """Re-evaluate the window under ``candidate``; None when the run was stopped from outside."""
+def _yield(backtest: Backtest, run: _Slice, *, seconds: float) -> bool:
+    """End this slice: write where the run stands and send the next slice's message, in one
+    transaction (so a crash leaves either both or neither); False when the backtest was
+    stopped from outside (nothing is sent)."""
+    with transaction.atomic():
+        if not _progress(backtest, run.tally, resume=run.resume_state(), run_seconds=seconds,
+                         slices=backtest.slices + 1):
+            return False
+        outbox_enqueue(task_name=BACKTEST_TASK, args=[backtest.backtest_id, backtest.attempts, backtest.slices + 1])
+    return True
+
+
+def _replay_slice(backtest: Backtest, candidate: PolicySet, run: _Slice) -> tuple[str, dict[str, Any] | None, float]:
+    """Re-evaluate from where the run stands for about ``SLICE_SECONDS``.
+
+    Returns how the slice ended (``ended``: the window is done; ``limit``: a bound was reached;
+    ``yielded``: time is up, the next slice goes on), the bound reached, and the run's seconds.
+    """
+    started = time.monotonic()
     window = _window(backtest)
-    bounds = window.aggregate(first=Min("pk"), last=Max("pk"), total=Count("pk"))
-    tally = Tally()
-    if not _progress(backtest, tally, total=bounds["total"]):
-        return None
-    if not bounds["total"]:
-        return tally
-    after_pk, last_pk = bounds["first"] - 1, bounds["last"]
-    written = time.monotonic()
+    evaluated = 0
+
+    def seconds() -> float:
+        return backtest.run_seconds + time.monotonic() - started
+
     while True:
-        rows = list(window.filter(pk__gt=after_pk, pk__lte=last_pk).order_by("pk").values(*RECORDED)[:BATCH])
+        rows = list(window.filter(pk__gt=run.after_pk, pk__lte=run.last_pk).order_by("pk")
+                    .values(*RECORDED)[:BATCH])
         if not rows:
-            return tally
+            return "ended", None, seconds()
         for row in rows:
+            limit_reached = _limit(backtest, run.tally, seconds())
+            if limit_reached is not None:
+                return "limit", limit_reached, seconds()
+            if evaluated and time.monotonic() - started >= SLICE_SECONDS:  # each slice makes progress
+                return "yielded", None, seconds()
+            evaluated += 1
             outcome = engine.evaluate(ruleset=candidate.ruleset, ruleset_hash=candidate.ruleset_hash,
                                       input=_rego_input(row))
-            tally.add(evaluation_id=row["evaluation_id"], before=row["result"], after=outcome.as_result(),
-                      errored=bool(outcome.errors))
-            if time.monotonic() - written >= PROGRESS_SECONDS:
-                if not _progress(backtest, tally):
-                    return None
-                written = time.monotonic()
-        after_pk = rows[-1]["pk"]
+            run.tally.add(evaluation_id=row["evaluation_id"], before=row["result"], after=outcome.as_result(),
+                          errored=bool(outcome.errors))
+            run.after_pk = row["pk"]
 
 
 def _name_actions(tally: Tally, action_ids_of: ActionIdsOf | None) -> None:
@@ -328,22 +421,35 @@ def _name_actions(tally: Tally, action_ids_of: ActionIdsOf | None) -> None:
         change["action_ids"] = list(found.get(change["evaluation_id"], []))[:MAX_ACTION_IDS]
 
 
-def backtest_run(*, backtest_id: str, executor: str, action_ids_of: ActionIdsOf | None = None) -> str:
-    """Claim and run a backtest to its end; returns what happened (``succeeded``, ``failed``,
-    ``cancelled``, or why there was nothing to do).
+def backtest_run(*, backtest_id: str, executor: str, action_ids_of: ActionIdsOf | None = None,
+                 attempt: int | None = None, slice_number: int | None = None) -> str:
+    """Claim a backtest and run one slice of it (about ``SLICE_SECONDS``); returns what happened:
+    ``continued`` (the next slice's message is sent), ``succeeded``, ``failed``, ``cancelled``,
+    or why there was nothing to do.
 
+    Slices keep a backtest from holding a worker process for its whole run: between two, the
+    process takes the next message of any queue, so executions and controls wait at most
+    about a slice (plus one evaluation) behind any number of running backtests. The run ends
+    when the window is done or at its bound (``AGP_BACKTEST_MAX_SECONDS`` of slices,
+    ``AGP_BACKTEST_MAX_EVALUATIONS``), which the result then names in ``limit_reached``.
+
+    ``attempt``/``slice_number``: given by a slice's own message (the run it continues).
     ``action_ids_of``: given evaluation ids, the accepted envelopes that cited each one (the
     execution app supplies it, since the decision API cannot read envelopes); without it
     ``action_ids`` stay empty.
     """
-    claimed = _claim(backtest_id=backtest_id, executor=executor)
+    claimed = _claim(backtest_id=backtest_id, executor=executor, attempt=attempt, slice_number=slice_number)
     if isinstance(claimed, str):
         return claimed
     try:
-        tally = _replay(claimed, PolicySet.objects.get(policy_set_id=claimed.policy_set_id))
-        if tally is None:
-            return Backtest.objects.filter(pk=claimed.pk).values_list("status", flat=True).first() or "missing"
-        _name_actions(tally, action_ids_of)
+        run = _Slice.resumed(claimed) if claimed.resume else _begin(claimed)
+        if run is None:
+            return _status_now(claimed)
+        ended, limit_reached, seconds = _replay_slice(
+            claimed, PolicySet.objects.get(policy_set_id=claimed.policy_set_id), run)
+        if ended == "yielded":
+            return "continued" if _yield(claimed, run, seconds=seconds) else _status_now(claimed)
+        _name_actions(run.tally, action_ids_of)
     except (OperationalError, InterfaceError):
         raise  # the database is away: the claim lapses and recovery runs it again
     except Exception as exc:  # a bug must end the backtest, never leave it running
@@ -351,7 +457,12 @@ def backtest_run(*, backtest_id: str, executor: str, action_ids_of: ActionIdsOf 
         error = errors.InternalError("The backtest could not be completed.",
                                      details={"reason": type(exc).__name__}).as_body()["error"]
         return "failed" if _finish(claimed, error=error) else "superseded"
-    return "succeeded" if _finish(claimed, tally=tally) else "superseded"
+    done = _finish(claimed, tally=run.tally, limit_reached=limit_reached, seconds=seconds)
+    return "succeeded" if done else "superseded"
+
+
+def _status_now(backtest: Backtest) -> str:
+    return Backtest.objects.filter(pk=backtest.pk).values_list("status", flat=True).first() or "missing"
 
 
 def backtests_recover(*, now: datetime | None = None, limit: int = 100) -> int:

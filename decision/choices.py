@@ -95,3 +95,7 @@ BACKTEST_TERMINAL = (BacktestStatus.SUCCEEDED, BacktestStatus.FAILED, BacktestSt
 # The Celery task that runs a backtest (registered by execution, which can also name the
 # envelopes that cited each changed evaluation); made due through the outbox, by name.
 BACKTEST_TASK = "agp.run_backtest"
+
+# The Celery task that evaluates a policy evaluation's shadows after it was answered (C14),
+# on the background queue; made due through the outbox, by name.
+SHADOW_TASK = "agp.evaluate_shadows"

@@ -225,6 +225,14 @@ class Backtest(ConcurrentTransitionMixin, models.Model):
     decision API owns it, so nothing of execution is needed to create, run or cancel it.
     The counts and ``changes`` are the summary C14 names; they are written as the run
     progresses (counts) and when it ends (everything).
+
+    The run goes in slices of about a second, each a task of its own on the background queue
+    (decision/backtests.py): ``resume`` holds what a slice leaves to the next (where the
+    window stands, the changes and reasons so far), ``slices`` counts them (the next slice's
+    message names it), ``run_seconds`` adds up their time against ``AGP_BACKTEST_MAX_SECONDS``.
+    ``limit_reached`` says which bound ended the run early, if one did. ``client_slot``
+    numbers the unfinished backtests of one client, so that the database refuses one more
+    than ``AGP_BACKTESTS_PER_CLIENT`` (the constraint below), whatever the concurrency.
     """
 
     backtest_id = models.CharField(max_length=128, unique=True)
@@ -260,10 +268,23 @@ class Backtest(ConcurrentTransitionMixin, models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     executor = models.CharField(max_length=256, blank=True, default="")
     requested_by = models.CharField(max_length=128, blank=True, default="")
+    client_slot = models.PositiveSmallIntegerField(null=True, blank=True)
+    slices = models.PositiveIntegerField(default=0)
+    run_seconds = models.FloatField(default=0)
+    resume = ExactJSONField(null=True, blank=True)
+    limit_reached = ExactJSONField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # At most one unfinished backtest per client and slot: the per-client limit holds
+            # under concurrent requests (two creations cannot both take the last slot).
+            models.UniqueConstraint(fields=["requested_by", "client_slot"], name="backtest_client_slot",
+                                    condition=models.Q(status__in=[BacktestStatus.PENDING, BacktestStatus.RUNNING])),
+        ]
 
     def __str__(self):
         return self.backtest_id

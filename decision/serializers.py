@@ -116,8 +116,10 @@ class ActionSerializer(StrictSerializer):
     parameters = serializers.DictField(required=False, default=dict)
 class ShadowResultSerializer(serializers.Serializer):
     policy_set_id = serializers.CharField()
-    allow = serializers.BooleanField()
-    matches = serializers.BooleanField(help_text="Whether the shadow's `allow` equals the evaluation's.")
+    allow = serializers.BooleanField(allow_null=True, help_text=(
+        "What the shadow decided; null until it has been evaluated (on a worker, after the answer)."))
+    matches = serializers.BooleanField(allow_null=True, help_text=(
+        "Whether the shadow's `allow` equals the evaluation's; null until the shadow has been evaluated."))
 
 
 @extend_schema_field(ShadowResultSerializer(many=True))
@@ -147,7 +149,8 @@ class PolicyEvaluationSerializer(StrictSerializer):
     warnings = StringListField(read_only=True)
     shadow_results = ShadowResultsField(read_only=True, help_text=(
         "The active shadows of the policy set, evaluated with the same input: what each would have decided. "
-        "They never change `result`."))
+        "They never change `result`, and the answer never waits for them: each is evaluated after it, on a "
+        "worker, and shows `allow` and `matches` null until then."))
     evaluated_at = serializers.DateTimeField(read_only=True)
     created_at = serializers.DateTimeField(required=False)
     created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")
@@ -378,6 +381,18 @@ class ErrorObjectField(serializers.JSONField):
     """A stored C2 error object (``{"code", "message", "retryable", "details"}``), or null."""
 
 
+class BacktestLimitSerializer(serializers.Serializer):
+    limit = serializers.ChoiceField(choices=["AGP_BACKTEST_MAX_SECONDS", "AGP_BACKTEST_MAX_EVALUATIONS"],
+                                    help_text="The setting whose bound was reached.")
+    value = serializers.IntegerField(help_text="Its value: seconds, or evaluations.")
+    message = serializers.CharField()
+
+
+@extend_schema_field(BacktestLimitSerializer(allow_null=True))
+class BacktestLimitField(serializers.JSONField):
+    """The stored ``{"limit", "value", "message"}`` of a run stopped at its bound, or null."""
+
+
 class BacktestSerializer(StrictSerializer):
     """A candidate policy set re-evaluated over recorded evaluations: the request, and the
     summary the run stores (``evaluations`` re-evaluated so far, of ``total`` in the window)."""
@@ -414,6 +429,9 @@ class BacktestSerializer(StrictSerializer):
     by_reason = ReasonCountsField(read_only=True, help_text=(
         "For the newly denied evaluations: how many each of the candidate's reasons accounts for."))
     error = ErrorObjectField(read_only=True, help_text="Why a failed backtest failed.")
+    limit_reached = BacktestLimitField(read_only=True, help_text=(
+        "Set when the run stopped at its bound of time or evaluations before the window's end: which bound, and "
+        "how much of the window the summary covers. Null when the whole window was re-evaluated."))
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(required=False)

@@ -216,7 +216,9 @@ class CommerceSessionViewSet(DecisionGroupViewSet):
         request=BacktestSerializer, examples=example(api_docs.BACKTESTS.create_example),
         responses={202: BacktestOperationSerializer, **error_responses({
             409: "AGP_CONFLICT: the id already exists.",
-            422: "AGP_PREREQUISITE_FAILED: the candidate policy set is revoked (check `policy_set_not_revoked`)."})}))
+            422: "AGP_PREREQUISITE_FAILED: the candidate policy set is revoked (check `policy_set_not_revoked`).",
+            429: "AGP_RATE_LIMITED (retry after `Retry-After` seconds): this client already has as many unfinished "
+                 "backtests as it may."})}))
 class BacktestViewSet(DecisionGroupViewSet):
     """What a candidate policy set would have decided on recorded evaluations (C14); creating needs agp.policy.write."""
 

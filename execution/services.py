@@ -187,8 +187,7 @@ def broker_ensure_reachable(*, timeout: float = BROKER_TIMEOUT_SECONDS) -> None:
         with app.connection_for_write(url=url, connect_timeout=timeout) as conn:
             conn.ensure_connection(max_retries=0, timeout=timeout)
     except Exception as exc:  # any failure to connect is "unavailable", never a 500
-        raise errors.Unavailable("The message broker is unreachable; nothing was accepted.",
-                                 headers={"Retry-After": "5"}) from exc
+        raise errors.Unavailable("The message broker is unreachable; nothing was accepted.") from exc
 
 
 def envelope_accept(*, inputs: EnvelopeInputs, actor: str, tenants: frozenset[str] | None = None) -> Accepted:

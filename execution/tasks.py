@@ -68,14 +68,15 @@ def enforce_freeze(freeze_id: str) -> int:
 
 @shared_task(name=BACKTEST_TASK, bind=True, autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=60,
              max_retries=8)
-def run_backtest(self, backtest_id: str) -> str:
-    """Re-evaluate a backtest's window under its candidate (decision/backtests.py).
+def run_backtest(self, backtest_id: str, attempt: int | None = None, slice_number: int | None = None) -> str:
+    """Re-evaluate a slice of a backtest's window under its candidate (decision/backtests.py);
+    the slice sends the next one's message (``attempt``, ``slice_number``) when it yields.
 
     Registered here, not in decision: a change names the envelopes that cited the
     evaluation, which only execution can read; it hands that reader to the service.
     """
     return backtest_run(backtest_id=backtest_id, executor=executor_name(self.request.hostname),
-                        action_ids_of=action_ids_citing)
+                        action_ids_of=action_ids_citing, attempt=attempt, slice_number=slice_number)
 
 
 @shared_task(name="agp.recover_operations")

@@ -29,7 +29,8 @@ POLICY_SETS = ResourceDocs(
            "and column. `tests` (each an `input` and the `expect`ed `allow`, `require_approval`, `deny`) run "
            "first too: any failure is a 422 `AGP_POLICY_TEST_FAILED` listing every failed test, and nothing is "
            "stored; otherwise they are kept, signed with the set, with their `test_summary`. `shadow_of` makes "
-           "the new set a shadow: evaluated beside every evaluation of that set, never deciding anything. A "
+           "the new set a shadow: evaluated after every evaluation of that set (on a worker, the evaluation "
+           "does not wait), never deciding anything. A "
            "`ruleset_hash` you send must be the `sha256:` of the ruleset's bytes. The set starts `active`.",
     create_example={"name": "refund limits", "version": "1.2.0", "publisher": "acme risk office",
                     "ruleset": "package acme.refunds\n\nimport rego.v1\n\ndefault allow := false\n\n"

@@ -177,8 +177,8 @@ class PolicySetSerializer(StrictSerializer):
         "for a set every tenant may use."))
     shadow_of = IdField(source="shadow_of_id", required=False, allow_null=True, help_text=(
         "Makes this set a shadow of that (active or deprecated) set: while this one is active, every evaluation "
-        "of that set also evaluates this one and records the result in `shadow_results`. A shadow never "
-        "changes an outcome, and no envelope can cite an evaluation of it."))
+        "of that set also evaluates this one, after answering, and records the result in `shadow_results`. A "
+        "shadow never changes an outcome, and no envelope can cite an evaluation of it."))
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
     created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")

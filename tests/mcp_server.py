@@ -11,14 +11,15 @@ Run as a program (``python -m tests.mcp_server --port N --record FILE [--descrip
   (``isError``) whose text is ``"refund refused: amount <n> is over the limit of 100"``;
 - ``wait(seconds: float) -> str``: answers after ``seconds``, for timeouts;
 
-and appends every ``tools/list`` (``{"event": "list"}``) and every ``tools/call``
+With ``--list-hangs`` it answers the handshake but never a ``tools/list`` (a reachable server
+that holds whoever asks). It appends every ``tools/list`` (``{"event": "list"}``) and every ``tools/call``
 (``{"event": "call", "tool", "arguments"}``, written before the tool runs) to the record
 file, one JSON object a line, so a test can prove what the server was asked. The SDK's
 Host-header check admits 127.0.0.1, localhost and ``REBOUND_HOST`` (a name that never
 resolves), so a client can be shown to reach it by a pinned address alone.
 
 The fixture ``mcp_servers`` (import it into a test module) starts such servers on free
-loopback ports (``start(description=...)``), restarts one on the same port and record
+loopback ports (``start(description=..., list_hangs=...)``), restarts one on the same port and record
 (``server.restart(description=..., destructive=...)``), and stops every one at teardown. A server on
 127.0.0.1 passes the SSRF guard only with ``AGP_ALLOW_PRIVATE_URLS``.
 """
@@ -45,7 +46,8 @@ REBOUND_HOST = "agp-rebound.invalid"  # RFC 6761: never resolves
 READY_TIMEOUT = 30
 
 
-def serve(*, port: int, record: Path, description: str, destructive: bool = False) -> None:
+def serve(*, port: int, record: Path, description: str, destructive: bool = False,
+          list_hangs: bool = False) -> None:
     import anyio
     from mcp_types import ToolAnnotations
     from mcp.server.mcpserver import MCPServer
@@ -60,6 +62,8 @@ def serve(*, port: int, record: Path, description: str, destructive: bool = Fals
     class RecordingServer(MCPServer):
         async def list_tools(self):
             remember({"event": "list"})
+            if list_hangs:
+                await anyio.sleep_forever()
             return await super().list_tools()
 
         async def call_tool(self, name, arguments, context=None):
@@ -101,10 +105,12 @@ def free_port() -> int:
 class McpServerProcess:
     """One test MCP server subprocess; ``url`` is its endpoint, ``record`` what it was asked."""
 
-    def __init__(self, *, workdir: Path, port: int, description: str, destructive: bool = False):
+    def __init__(self, *, workdir: Path, port: int, description: str, destructive: bool = False,
+                 list_hangs: bool = False):
         self.port = port
         self.description = description
         self.destructive = destructive
+        self.list_hangs = list_hangs
         self.record = workdir / f"mcp-{port}.jsonl"
         self.log = workdir / f"mcp-{port}.log"
         self.process: subprocess.Popen | None = None
@@ -115,7 +121,8 @@ class McpServerProcess:
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "tests.mcp_server", "--port", str(self.port), "--record", str(self.record),
-                "--description", self.description] + (["--destructive"] if self.destructive else [])
+                "--description", self.description, *(["--destructive"] if self.destructive else []),
+                *(["--list-hangs"] if self.list_hangs else [])]
 
     def start(self) -> "McpServerProcess":
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGP_") and k != "DJANGO_SETTINGS_MODULE"}
@@ -170,8 +177,9 @@ def mcp_servers(tmp_path):
 
     class Servers:
         @staticmethod
-        def start(description: str = DESCRIPTION) -> McpServerProcess:
-            server = McpServerProcess(workdir=tmp_path, port=free_port(), description=description)
+        def start(description: str = DESCRIPTION, list_hangs: bool = False) -> McpServerProcess:
+            server = McpServerProcess(workdir=tmp_path, port=free_port(), description=description,
+                                      list_hangs=list_hangs)
             started.append(server)
             return server.start()
 
@@ -186,6 +194,7 @@ if __name__ == "__main__":
     parser.add_argument("--record", type=Path, required=True)
     parser.add_argument("--description", default=DESCRIPTION)
     parser.add_argument("--destructive", action="store_true")
+    parser.add_argument("--list-hangs", action="store_true")
     arguments = parser.parse_args()
     serve(port=arguments.port, record=arguments.record, description=arguments.description,
-          destructive=arguments.destructive)
+          destructive=arguments.destructive, list_hangs=arguments.list_hangs)

@@ -10,9 +10,14 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 from rest_framework import exceptions as drf
 
 from agp_project import errors
+from agp_project.db import failed_at_commit
 from agp_project.exactjson import ExactJSONEncoder
 
 logger = logging.getLogger(__name__)
+
+OUTCOME_UNKNOWN = ("The database connection failed while the request was being committed: it may or may not have "
+                   "been written. Retry with the same Idempotency-Key (a written request answers as it did), or "
+                   "read the resource before sending it again without one.")
 
 
 def _flatten(detail):
@@ -59,6 +64,11 @@ def to_agp_error(exc: Exception) -> errors.AGPError | None:
         return errors.InvalidRequest("Responses are application/json only.")
     if isinstance(exc, RequestDataTooBig):
         return errors.PayloadTooLarge()
+    if isinstance(exc, (OperationalError, InterfaceError)) and failed_at_commit(exc):
+        # The commit may have reached the database before the connection broke: saying that
+        # nothing was written could make the client submit the same thing again.
+        logger.warning("database error at commit, outcome unknown: %s", exc)
+        return errors.Unavailable(OUTCOME_UNKNOWN, details={"outcome": "unknown"})
     if isinstance(exc, (OperationalError, InterfaceError, BrokerOperationalError)):
         logger.warning("backing service unavailable: %s", exc)
         return errors.Unavailable()

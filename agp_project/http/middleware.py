@@ -10,6 +10,7 @@ from django.urls import Resolver404, resolve
 
 from agp_project import errors, metrics
 from agp_project.http.errors import error_response
+from agp_project.logformat import QUERY_TOKEN
 from agp_project.request_context import HEADER, META_KEY, bind_request_id, request_id_for, unbind_request_id
 
 
@@ -49,16 +50,30 @@ class BodySizeLimitMiddleware:
             details={"max_bytes": settings.AGP_MAX_BODY_BYTES}))
 
 
-class NulQueryMiddleware:
-    """400 for a query string carrying NUL (%00): PostgreSQL cannot compare text with it."""
+class QueryStringMiddleware:
+    """400 for a query string that carries what a URL must not.
+
+    - NUL (``%00``) in a name or value: PostgreSQL cannot compare text with it.
+    - An ``access_token`` (RFC 6750 2.3 allows a bearer token there; this service does not):
+      URLs end up in access logs, proxies' logs and browser histories, where a token is a
+      credential anyone reading them could use. Refused on every path, with or without
+      authentication on, so a client learns it at once; gunicorn's access log writes the
+      value as ``[redacted]`` (agp_project/logformat.py).
+    """
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        if "%00" in request.META.get("QUERY_STRING", "") and any(
-                "\x00" in key or any("\x00" in value for value in values)
-                for key, values in request.GET.lists()):
+        query = request.META.get("QUERY_STRING", "")
+        if query and QUERY_TOKEN in request.GET:
+            return error_response(errors.InvalidRequest(
+                "Send the access token in the Authorization header (Bearer), never in the URL: URLs are written "
+                "to logs. Revoke or let expire a token that was sent this way.",
+                details={"fields": {QUERY_TOKEN: ["Not accepted in the query string."]}},
+                headers={"WWW-Authenticate": 'Bearer error="invalid_request"'}))
+        if "%00" in query and any("\x00" in key or any("\x00" in value for value in values)
+                                  for key, values in request.GET.lists()):
             return error_response(errors.InvalidRequest("Query parameters must not contain NUL characters."))
         return self.get_response(request)
 

@@ -53,7 +53,8 @@ SHARED_ERRORS = {
     "400": "AGP_INVALID_REQUEST: malformed body or query, unknown or read-only field (`details.fields`).",
     "401": "AGP_UNAUTHENTICATED: missing, expired or invalid bearer token.",
     "403": "AGP_INSUFFICIENT_SCOPE (`details.required_scopes`).",
-    "503": "AGP_UNAVAILABLE: the database or the broker is unreachable; nothing was written.",
+    "503": "AGP_UNAVAILABLE (retry after `Retry-After` seconds): the database or the broker is unreachable; "
+           "nothing was written, unless `details.outcome` is `unknown` (the connection failed while committing).",
 }
 PATH_ERRORS = {"404": "AGP_NOT_FOUND: no such id."}
 # What the body-size middleware answers on any request with a body, /oauth/token included.
@@ -80,7 +81,8 @@ COMMON_ERRORS = {
          "record that does not exist (`details.fields`).",
     401: "AGP_UNAUTHENTICATED.",
     403: "AGP_INSUFFICIENT_SCOPE (`details.required_scopes`).",
-    503: "AGP_UNAVAILABLE: the database is unreachable; nothing was written.",
+    503: "AGP_UNAVAILABLE (retry after `Retry-After` seconds): the database is unreachable; nothing was written, "
+         "unless `details.outcome` is `unknown` (the connection failed while committing).",
 }
 NOT_FOUND = "AGP_NOT_FOUND: no such id."
 DUPLICATE = "AGP_CONFLICT: the id already exists."

@@ -70,7 +70,7 @@ MIDDLEWARE = [
     "agp_project.http.middleware.MetricsMiddleware",
     "agp_project.http.middleware.SecurityHeadersMiddleware",
     "agp_project.http.middleware.BodySizeLimitMiddleware",
-    "agp_project.http.middleware.NulQueryMiddleware",
+    "agp_project.http.middleware.QueryStringMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's CSS and JS from gunicorn itself, so auditors get a working admin
     # with no separate web server in front (docs/decisions/platform.md).
@@ -138,6 +138,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("AGP_DB_CONNECT_TIMEOUT", 5)
+    # Django's backend, with an error raised by COMMIT told apart: over a network its outcome
+    # is unknown, so it is never answered "nothing was written" (agp_project/db/__init__.py).
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"]["ENGINE"] = "agp_project.db.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = []
@@ -250,13 +254,22 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- Execution worker (CONTRACT C8; execution/runner.py, execution/callbacks.py) -------------
 # One queue for the work, and beside it one for operator controls (a freeze's enforcement,
-# CONTRACT C13), which every worker consumes too: a control never waits behind a backlog of
-# operations (agp_project/celery.py routes it). A separate name lets several deployments
-# (or test sessions) share one broker.
+# CONTRACT C13) and one for background policy work (backtests, shadow evaluations), which
+# every worker consumes too, taking the queues in turns: a control never waits behind a
+# backlog of operations, and an operation never behind a backlog of background work
+# (agp_project/celery.py routes them; docs/operations.md sizes them). A separate name lets
+# several deployments (or test sessions) share one broker.
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGP_CELERY_QUEUE", "celery")
 CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name)
-                      for name in (CELERY_TASK_DEFAULT_QUEUE, f"{CELERY_TASK_DEFAULT_QUEUE}.control")]
-CELERY_TASK_ROUTES = ["agp_project.celery.route_controls"]
+                      for name in (CELERY_TASK_DEFAULT_QUEUE, f"{CELERY_TASK_DEFAULT_QUEUE}.control",
+                                   f"{CELERY_TASK_DEFAULT_QUEUE}.background")]
+CELERY_TASK_ROUTES = ["agp_project.celery.route_by_kind"]
+# Backtests (decision/backtests.py): each runs in slices of about a second, yielding its worker
+# process between them, and stops at whichever bound comes first (reported in its result);
+# each client may have this many unfinished at once (past it, 429).
+AGP_BACKTEST_MAX_SECONDS = env_int("AGP_BACKTEST_MAX_SECONDS", 600, minimum=1)
+AGP_BACKTEST_MAX_EVALUATIONS = env_int("AGP_BACKTEST_MAX_EVALUATIONS", 100_000, minimum=1)
+AGP_BACKTESTS_PER_CLIENT = env_int("AGP_BACKTESTS_PER_CLIENT", 2, minimum=1)
 # A running operation's claim lasts this long unless its worker renews it (every third of
 # it); a worker that dies stops renewing, and the operation is taken over after this.
 AGP_OPERATION_LEASE_SECONDS = env_int("AGP_OPERATION_LEASE_SECONDS", 30, minimum=1)
@@ -264,6 +277,12 @@ AGP_RECOVER_PENDING_AFTER_SECONDS = env_int("AGP_RECOVER_PENDING_AFTER_SECONDS",
 AGP_NOOP_MAX_SLEEP_SECONDS = env_int("AGP_NOOP_MAX_SLEEP_SECONDS", 30, minimum=0)
 AGP_CONNECTOR_TIMEOUT_SECONDS = env_int("AGP_CONNECTOR_TIMEOUT_SECONDS", 10, minimum=1)
 AGP_CONNECTOR_ATTEMPTS = env_int("AGP_CONNECTOR_ATTEMPTS", 3, minimum=1)
+# Registering an mcp skill lists the server's tools while a web thread waits
+# (docs/decisions/mcp-tools.md): the whole exchange gets this many seconds (capped by the
+# connector timeout), and each web process asks at most this many servers at once (past it,
+# 503 with Retry-After), so servers that never answer cannot take the web tier's threads.
+AGP_MCP_REGISTRATION_TIMEOUT_SECONDS = env_int("AGP_MCP_REGISTRATION_TIMEOUT_SECONDS", 3, minimum=1)
+AGP_MCP_REGISTRATIONS_PER_PROCESS = env_int("AGP_MCP_REGISTRATIONS_PER_PROCESS", 2, minimum=1)
 AGP_CONNECTOR_RETRY_BASE_SECONDS = env_int("AGP_CONNECTOR_RETRY_BASE_SECONDS", 1, minimum=0)
 AGP_CALLBACK_TIMEOUT_SECONDS = env_int("AGP_CALLBACK_TIMEOUT_SECONDS", 5, minimum=1)
 AGP_CALLBACK_MAX_ATTEMPTS = env_int("AGP_CALLBACK_MAX_ATTEMPTS", 6, minimum=1)
@@ -391,8 +410,14 @@ LOGGING = {
 }
 
 # --- Cache (token-endpoint failure counters, compiled-policy metadata) -----------------
+# "local" is each process's own memory: the token endpoint counts failures there too, so they
+# are still counted while the shared cache (Redis) is away (auth_tokens/views.py).
+_LOCAL_CACHE = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "agp-local"}
 _cache_url = env_str("AGP_CACHE_URL")
 if _cache_url:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}}
+    # A Redis that hangs must not hang the requests that count on it: 1 s to connect or answer.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url,
+                          "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}},
+              "local": _LOCAL_CACHE}
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}, "local": _LOCAL_CACHE}

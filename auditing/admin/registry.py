@@ -190,12 +190,14 @@ def shadow_agreement(*, primary: PolicySet, shadow: PolicySet) -> tuple[int, int
     """(evaluations of ``primary`` that ``shadow`` saw, how many it agreed with, the rate as text).
 
     ``shadow_results`` is keyed by the shadow's id, so this is a key lookup in the
-    database, on PostgreSQL and SQLite alike, over the primary's evaluations.
+    database, on PostgreSQL and SQLite alike, over the primary's evaluations. A shadow the
+    worker has not evaluated yet (``matches`` null) is not counted.
     """
     counts = (PolicyEvaluation.objects.filter(policy_set_id=primary.policy_set_id,
                                               shadow_results__has_key=shadow.policy_set_id)
               .alias(matches=KeyTransform("matches", KeyTransform(shadow.policy_set_id, "shadow_results")))
-              .aggregate(total=Count("pk"), agreed=Count("pk", filter=Q(matches=True))))
+              .aggregate(total=Count("pk", filter=Q(matches=True) | Q(matches=False)),
+                         agreed=Count("pk", filter=Q(matches=True))))
     total, agreed = counts["total"], counts["agreed"]
     return total, agreed, f"{100 * agreed / total:.1f} %" if total else "-"
 

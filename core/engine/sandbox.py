@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 CHILD = Path(__file__).with_name("child.py")
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 30  # starting Python and loading regorus; never counted against a ruleset
+# What an engine process writes to stderr is logged, at most this many lines per request, each
+# cut to this many characters; the rest is counted in one line.
+STDERR_LINES = 20
+STDERR_LINE_CHARS = 2000
 ENGINE_NAME = "regorus"
 
 
@@ -62,15 +66,24 @@ class _Outcome(Exception):
 
 
 class EngineProcess:
-    """One engine process and the pipes to it."""
+    """One engine process and the pipes to it.
+
+    Its stderr is a pipe too, read while a request waits, never inherited: what the engine
+    writes there (regorus's "memory allocation of N bytes failed" before an abort, a
+    ruleset's ``print``, a Python traceback) would otherwise break the JSON log stream of
+    the web or worker process (``AGP_LOG_FORMAT=json``). Each line becomes a log record
+    instead, at most ``STDERR_LINES`` of them per request (a ruleset can print a lot).
+    """
 
     def __init__(self, memory_bytes: int):
         self.memory_bytes = memory_bytes
         env = {**os.environ, "RUST_BACKTRACE": "0"}  # an abort prints one line, not a symbolised trace
         self.process = subprocess.Popen(
             [sys.executable, str(CHILD), str(memory_bytes), str(ROOT)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, cwd=ROOT, close_fds=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT, close_fds=True)
         self._buffer = b""
+        self._stderr_tail = b""
+        self._logged = self._dropped = 0
         try:
             ready = self._read_line(time.monotonic() + START_TIMEOUT_SECONDS)
         except _Outcome as outcome:
@@ -89,6 +102,7 @@ class EngineProcess:
         if body is not None:
             message += body + "\n"
         deadline = time.monotonic() + timeout
+        self._logged = self._dropped = 0
         try:
             self.process.stdin.write(message.encode("utf-8"))
             self.process.stdin.flush()
@@ -96,26 +110,69 @@ class EngineProcess:
             self.kill()
             raise _Outcome("died") from None
         try:
-            return json.loads(self._read_line(deadline))
+            line = self._read_line(deadline)
         except _Outcome:
             self.kill()
             raise
+        # The engine writes to stderr before it answers: what it wrote is in the pipe by now.
+        self._drain_errors(wait=0)
+        return json.loads(line)
 
     def _read_line(self, deadline: float) -> bytes:
-        fd = self.process.stdout.fileno()
+        fd, errors = self.process.stdout.fileno(), self.process.stderr.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _Outcome("timeout")
-            readable, _, _ = select.select([fd], [], [], remaining)
+            readable, _, _ = select.select([fd, errors], [], [], remaining)
             if not readable:
                 raise _Outcome("timeout")
+            if errors in readable:
+                self._read_errors(errors)
+            if fd not in readable:
+                continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
+                self._drain_errors(wait=1.0)  # its last words, e.g. why the allocator aborted
                 raise _Outcome("died")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
+
+    def _read_errors(self, fd: int) -> bool:
+        """Read what is waiting on stderr and log its complete lines; False at its end."""
+        chunk = os.read(fd, 1 << 16)
+        self._stderr_tail += chunk
+        *lines, self._stderr_tail = self._stderr_tail.split(b"\n")
+        if not chunk and self._stderr_tail:
+            lines, self._stderr_tail = [*lines, self._stderr_tail], b""
+        for line in lines:
+            self._log_error_line(line)
+        return bool(chunk)
+
+    def _drain_errors(self, *, wait: float) -> None:
+        """Log what waits on stderr, waiting up to ``wait`` seconds for more (for a process that
+        has gone, until its end), then how many lines were left out."""
+        try:
+            fd = self.process.stderr.fileno()
+            while select.select([fd], [], [], wait)[0] and self._read_errors(fd):
+                pass
+        except (OSError, ValueError):  # already closed
+            pass
+        if self._dropped:
+            logger.warning("engine process %s: %s more lines of its output were not logged", self.process.pid,
+                           self._dropped)
+            self._dropped = 0
+
+    def _log_error_line(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if not text:
+            return
+        if self._logged >= STDERR_LINES:
+            self._dropped += 1
+            return
+        self._logged += 1
+        logger.warning("engine process %s: %s", self.process.pid, text[:STDERR_LINE_CHARS])
 
     @property
     def alive(self) -> bool:
@@ -125,7 +182,8 @@ class EngineProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
         self.process.wait()
-        for pipe in (self.process.stdin, self.process.stdout):
+        self._drain_errors(wait=1.0)
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
             try:
                 pipe.close()
             except OSError:

@@ -16,6 +16,7 @@ from .evaluations import (
     policy_evaluation_create,
     policy_evaluation_input,
     policy_evaluation_record,
+    policy_evaluation_shadows_record,
     policy_sets_with_shadows,
 )
 from .impact_assessments import impact_assessment_create
@@ -37,5 +38,6 @@ __all__ = [
     "policy_evaluate",
     "policy_evaluation_input",
     "policy_evaluation_record",
+    "policy_evaluation_shadows_record",
     "policy_sets_with_shadows",
 ]

@@ -1,4 +1,10 @@
-"""Policy evaluations (CONTRACT C6, C12, C14): the Rego engine's verdict, with its shadows'."""
+"""Policy evaluations (CONTRACT C6, C12, C14): the Rego engine's verdict, with its shadows'.
+
+An evaluation is answered with its own verdict only. Its set's active shadows are evaluated
+after the commit, on a worker (``agp.evaluate_shadows``, on the background queue): a slow
+shadow costs the live evaluation nothing (docs/decisions/operator-controls.md). Until then
+its ``shadow_results`` name each shadow with ``allow`` and ``matches`` null.
+"""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,13 +23,19 @@ from agp_project.timeutil import iso
 from core import engine
 from core.engine import EvaluationResult
 from core.ledger import ledger_append
+from core.outbox import outbox_enqueue
 from registry.choices import PolicySetStatus
 from registry.models import PolicySet, Task
 from registry.selectors import freezes_matching
 from registry.services import refuse_frozen
 
+from ..choices import SHADOW_TASK
 from ..models import PolicyEvaluation
 from .common import failed_check, hash_of, record_created_at, unique_id
+
+# A shadow's verdict until the worker records it.
+PENDING = {"allow": None, "matches": None}
+SHADOW_ACTOR = "agp-worker"
 
 
 def _policy_set_warnings(policy_set: PolicySet, now: datetime) -> list[str]:
@@ -128,7 +140,7 @@ class Evaluated:
     action: dict[str, Any] | None
     action_hash: str
     outcome: EvaluationResult
-    shadow_results: dict[str, dict[str, bool]]
+    shadow_results: dict[str, dict[str, bool | None]]  # each shadow pending until the worker records it
     evaluated_at: datetime
 
     @property
@@ -145,15 +157,15 @@ def policy_sets_with_shadows(policy_set_id: str) -> list[PolicySet]:
 
 def policy_evaluate(*, sets: Sequence[PolicySet], policy_set: PolicySet, input: dict[str, Any],
                     action: dict[str, Any] | None, now: datetime) -> Evaluated:
-    """Run the engine for ``input`` and ``action`` under ``policy_set`` and its shadows among
-    ``sets``; nothing is written. A number the engine would not compare exactly is a 400."""
+    """Run the engine for ``input`` and ``action`` under ``policy_set``; its shadows among ``sets``
+    are named, pending, for the worker to evaluate after the commit. Nothing is written. A
+    number the engine would not compare exactly is a 400."""
     rego_input = policy_evaluation_input(input=input, action=action)
     _refuse_numbers_the_engine_changes(rego_input)
     input_hash = hash_of(input, "input")
     evaluated_action_hash = hash_of(action, "action") if action is not None else ""
     outcome = engine.evaluate(ruleset=policy_set.ruleset, ruleset_hash=policy_set.ruleset_hash, input=rego_input)
-    shadow_results = _shadows_evaluate([s for s in sets if s is not policy_set], input=rego_input,
-                                       allow=outcome.allow)
+    shadow_results = {shadow.policy_set_id: dict(PENDING) for shadow in sets if shadow is not policy_set}
     return Evaluated(policy_set=policy_set, input=input, input_hash=input_hash, action=action,
                      action_hash=evaluated_action_hash, outcome=outcome, shadow_results=shadow_results,
                      evaluated_at=now)
@@ -168,7 +180,7 @@ def policy_evaluation_record(evaluated: Evaluated, *, evaluation_id: str, task_i
                "ruleset_hash": policy_set.ruleset_hash, "input_hash": evaluated.input_hash,
                "action_hash": evaluated.action_hash or None, "result": result, "engine": outcome.engine}
     if evaluated.shadow_results:
-        payload["shadow_results"] = evaluated.shadow_results
+        payload["shadows"] = list(evaluated.shadow_results)
     evaluation = PolicyEvaluation.objects.create(
         evaluation_id=evaluation_id, policy_set=policy_set, task_id=task_id, agent_id=agent_id,
         input=evaluated.input, input_hash=evaluated.input_hash, action=evaluated.action,
@@ -179,19 +191,46 @@ def policy_evaluation_record(evaluated: Evaluated, *, evaluation_id: str, task_i
         created_by=actor)
     ledger_append(event_type="policy_evaluation.created", resource_type="PolicyEvaluation",
                   resource_id=evaluation_id, actor=actor, root_principal=root_principal, payload=payload)
+    if evaluated.shadow_results:
+        outbox_enqueue(task_name=SHADOW_TASK, args=[evaluation_id])
     return evaluation
 
 
-def _shadows_evaluate(shadows: Sequence[PolicySet], *, input: dict[str, Any],
-                      allow: bool) -> dict[str, dict[str, bool]]:
-    """Each active shadow's verdict on the same input, and whether it agrees (C14).
+def policy_evaluation_shadows_record(*, evaluation_id: str) -> int:
+    """Evaluate the shadows an evaluation is still waiting for, and record what each decided (C14).
 
-    Through the same engine call, so the evaluation limits hold for each; a shadow that
-    fails to evaluate records ``allow: false``, as any evaluation would. Nothing here can
-    change the evaluation's own result.
+    The body of ``agp.evaluate_shadows``. Each shadow goes through the same engine call as
+    any evaluation, under its limits (``AGP_POLICY_TIMEOUT_MS``, ``AGP_POLICY_MEMORY_MB``):
+    that is a shadow's time budget, spent on a worker, never by the live evaluation. A
+    shadow that fails or is stopped records ``allow: false``, as any evaluation would, and
+    the ledger event ``policy_evaluation.shadowed`` keeps each shadow's reasons (a stop at a
+    limit says so). Idempotent: a shadow already recorded is not evaluated again, so a
+    repeated message records nothing. Returns how many shadows it recorded.
     """
-    results = {}
-    for shadow in shadows:
-        shadow_allow = engine.evaluate(ruleset=shadow.ruleset, ruleset_hash=shadow.ruleset_hash, input=input).allow
-        results[shadow.policy_set_id] = {"allow": shadow_allow, "matches": shadow_allow == allow}
-    return results
+    row = (PolicyEvaluation.objects.filter(evaluation_id=evaluation_id)
+           .values("input", "action", "allowed", "shadow_results", "task__root_principal").first())
+    if row is None:
+        return 0
+    waiting = [shadow_id for shadow_id, shadow in row["shadow_results"].items() if shadow["allow"] is None]
+    rego_input = policy_evaluation_input(input=row["input"], action=row["action"])
+    outcomes = {shadow.policy_set_id: engine.evaluate(ruleset=shadow.ruleset, ruleset_hash=shadow.ruleset_hash,
+                                                      input=rego_input)
+                for shadow in PolicySet.objects.filter(policy_set_id__in=waiting).order_by("policy_set_id")}
+    if not outcomes:
+        return 0
+    with transaction.atomic():
+        # Locked: two deliveries of the message record each shadow once.
+        evaluation = PolicyEvaluation.objects.select_for_update().get(evaluation_id=evaluation_id)
+        recorded = {}
+        for shadow_id, outcome in outcomes.items():
+            if evaluation.shadow_results.get(shadow_id, {}).get("allow") is not None:
+                continue
+            evaluation.shadow_results[shadow_id] = {"allow": outcome.allow, "matches": outcome.allow == row["allowed"]}
+            recorded[shadow_id] = {**evaluation.shadow_results[shadow_id], "reasons": list(outcome.reasons)}
+        if not recorded:
+            return 0
+        evaluation.save(update_fields=["shadow_results"])
+        ledger_append(event_type="policy_evaluation.shadowed", resource_type="PolicyEvaluation",
+                      resource_id=evaluation_id, actor=SHADOW_ACTOR, root_principal=row["task__root_principal"],
+                      payload={"shadow_results": recorded})
+    return len(recorded)

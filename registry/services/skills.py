@@ -1,5 +1,7 @@
 """Skills (CONTRACT C16): the connector that executes a tool for an agent, MCP tools pinned."""
 
+import contextlib
+import threading
 from datetime import datetime
 from typing import Any
 
@@ -19,10 +21,47 @@ from ..tool_pins import tool_pins_from_listing
 from .common import insert_new, lock_agents, record_timestamp, refuse_revoked_agents
 
 
+class _Listings:
+    """This process's outbound tool listings of registrations now in progress, at most
+    ``AGP_MCP_REGISTRATIONS_PER_PROCESS``.
+
+    Each one holds a web thread for as long as the server takes (up to the registration's
+    time limit). Without a cap, a burst of registrations against servers that never answer
+    takes every thread and the API stops answering anyone; with it, the burst gets 503s it
+    may retry and the other threads keep serving (docs/decisions/mcp-tools.md).
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = 0
+
+    @contextlib.contextmanager
+    def slot(self):
+        with self._lock:
+            if self._running >= settings.AGP_MCP_REGISTRATIONS_PER_PROCESS:
+                wait = settings.AGP_MCP_REGISTRATION_TIMEOUT_SECONDS
+                raise errors.Unavailable(
+                    f"This server is already asking as many MCP servers for their tools as it allows at once "
+                    f"(AGP_MCP_REGISTRATIONS_PER_PROCESS); retry in {wait} s. Nothing was written.",
+                    headers={"Retry-After": str(wait)})
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+
+
+_listings = _Listings()
+
+
 def _mcp_tool_pins(endpoint_url: str) -> list[dict[str, Any]]:
-    """List the MCP server's tools and pin them; a refused, unreachable or unusable server is a 400."""
+    """List the MCP server's tools and pin them; a refused, unreachable, slow or unusable server
+    is a 400, a registration past this process's cap a 503."""
     try:
-        listed = mcp_client.tools_list(endpoint_url, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS)
+        with _listings.slot():
+            listed = mcp_client.tools_list(endpoint_url, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS,
+                                           deadline=settings.AGP_MCP_REGISTRATION_TIMEOUT_SECONDS)
         return tool_pins_from_listing(listed)
     except MCPFailure as exc:
         raise errors.invalid_fields(

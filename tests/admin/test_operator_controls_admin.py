@@ -23,7 +23,7 @@ def _evaluation(world, shadow_results):
         allowed=True, shadow_results=shadow_results, evaluated_at=now, created_at=now)
 
 
-def test_a_policy_set_page_shows_each_shadow_s_agreement_rate(auditor_client, db):
+def test_a_policy_set_page_shows_each_shadow_s_agreement_rate_over_the_evaluated_ones(auditor_client, db):
     world = make_world()
     agreeing = make_policy_set(policy_set_id="ps-shadow-a", shadow_of=world.policy_set)
     dissenting = make_policy_set(policy_set_id="ps-shadow-b", shadow_of=world.policy_set, status="deprecated")
@@ -32,6 +32,7 @@ def test_a_policy_set_page_shows_each_shadow_s_agreement_rate(auditor_client, db
                             "ps-shadow-b": {"allow": not b_matches, "matches": b_matches}})
     _evaluation(world, {"ps-shadow-a": {"allow": False, "matches": False}})  # b had stopped shadowing
     _evaluation(world, {})  # before either existed
+    _evaluation(world, {"ps-shadow-a": {"allow": None, "matches": None}})  # a not evaluated yet: not counted
 
     page = auditor_client.get(change_url(world.policy_set)).content.decode()
 

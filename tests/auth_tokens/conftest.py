@@ -1,13 +1,15 @@
 """Fixtures of the authentication tests."""
 
 import pytest
-from django.core.cache import cache
+from django.core.cache import caches
 
 
 @pytest.fixture(autouse=True)
 def _fresh_throttle_counters():
-    """The token endpoint counts failures in the cache, which outlives each test's transaction."""
-    cache.clear()
+    """The token endpoint counts failures in the caches, which outlive each test's transaction."""
+    for alias in ("default", "local"):
+        caches[alias].clear()
     yield
-    cache.clear()
+    for alias in ("default", "local"):
+        caches[alias].clear()
 

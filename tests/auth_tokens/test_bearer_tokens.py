@@ -93,6 +93,21 @@ def test_it_rejects_a_bad_token_with_401_and_the_c2_body(api, client_row, case):
     assert LedgerEvent.objects.count() == before
 
 
+@pytest.mark.parametrize("query", ["access_token={token}", "limit=1&access%5Ftoken={token}"])
+def test_it_refuses_a_token_in_the_query_string_even_a_valid_one(api, client_row, query):
+    query = query.format(token=_valid())
+    read = api.get(f"/agp/ledger-events?{query}")
+    write = api.post(f"/agp/ledger-events?{query}", EVENT, format="json", HTTP_AUTHORIZATION=f"Bearer {_valid()}")
+
+    for response in (read, write):
+        assert response.status_code == 400, response.content
+        assert response["WWW-Authenticate"] == 'Bearer error="invalid_request"'
+        error = response.json()["error"]
+        assert (error["code"], error["details"]) == (
+            "AGP_INVALID_REQUEST", {"fields": {"access_token": ["Not accepted in the query string."]}})
+    assert not LedgerEvent.objects.exists()
+
+
 def test_it_rejects_a_missing_token_with_401(api, client_row):
     assert_unauthenticated(api.get("/agp/ledger-events"))
     assert_unauthenticated(api.post("/agp/ledger-events", EVENT, format="json"))

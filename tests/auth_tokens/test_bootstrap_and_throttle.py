@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 import redis
-from django.core.cache import cache, caches
+from django.core.cache import caches
 
 from auth_tokens.models import Client
 from auth_tokens.scopes import ALL_SCOPES
@@ -85,18 +85,25 @@ def _fail(api, client_id="svc", address="10.0.0.1"):
     return token_request(api, {"grant_type": "client_credentials"}, basic=(client_id, "wrong"), REMOTE_ADDR=address)
 
 
-@pytest.fixture(params=["locmem", "redis"])
+@pytest.fixture(params=["locmem", "redis", "redis-down"])
 def failure_cache(request, settings, redis_url):
-    """The failure counters in the process-local cache and in Redis (AGP_CACHE_URL in production)."""
+    """The failure counters in the process-local cache, in Redis (AGP_CACHE_URL in production), and with
+    Redis down (a port nothing listens on): each process still counts in its own memory."""
     if request.param == "locmem":
-        cache.clear()
         yield request.param
-        cache.clear()
+        return
+    local = settings.CACHES["local"]
+    if request.param == "redis-down":
+        settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                       "LOCATION": "redis://127.0.0.1:1/0",
+                                       "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}},
+                           "local": local}
+        yield request.param
         return
     # Keys of this test alone (the cache's clear() would empty the whole database).
     prefix = f"agp-test-{uuid.uuid4().hex[:12]}"
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                   "LOCATION": redis_url, "KEY_PREFIX": prefix}}
+                                   "LOCATION": redis_url, "KEY_PREFIX": prefix}, "local": local}
     assert type(caches["default"]).__name__ == "RedisCache"
     yield request.param
     with redis.Redis.from_url(redis_url) as client:

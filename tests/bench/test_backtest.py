@@ -5,8 +5,8 @@ candidate judges."""
 import pytest
 
 from bench.backtest import recorded_action, recorded_input, request, seed
-from decision.backtests import backtest_run
 from decision.models import Backtest, PolicyEvaluation
+from tests.decision.test_backtests import run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -24,7 +24,7 @@ def test_the_seeded_window_is_what_a_live_evaluation_would_have_recorded_and_bac
         f"pe_bench_{i:09d}" for i in range(N) if recorded_input(i)["amount"] > 1000}
 
     backtest_id = request(seeded["candidate"], seeded["baseline"])["backtest_id"]
-    assert backtest_run(backtest_id=backtest_id, executor="bench-test") == "succeeded"
+    assert run(backtest_id) == "succeeded"
 
     backtest = Backtest.objects.get(backtest_id=backtest_id)
     assert backtest.evaluations == N and backtest.errors == 0

@@ -51,7 +51,8 @@ def test_it_stops_a_ruleset_that_runs_past_the_time_limit():
     assert 0.3 <= elapsed < 2.0
 
 
-def test_it_stops_a_ruleset_that_allocates_past_the_memory_limit(settings):
+def test_it_stops_a_ruleset_that_allocates_past_the_memory_limit_and_logs_the_engine_s_last_words(
+        settings, caplog):
     settings.AGP_POLICY_TIMEOUT_MS = 30000  # the memory limit, not the clock, must stop it
 
     result = evaluate(HOARDING)
@@ -59,6 +60,9 @@ def test_it_stops_a_ruleset_that_allocates_past_the_memory_limit(settings):
     assert result.allow is False
     assert result.reasons == ("policy evaluation stopped: it exceeded the memory limit of 256 MB "
                               "(AGP_POLICY_MEMORY_MB)",)
+    # What the dying engine wrote to its stderr is a log record, not raw text in the process's stream.
+    assert any(record.name == "core.engine.sandbox" and "memory allocation of" in record.getMessage()
+               for record in caplog.records)
 
 
 def test_it_answers_the_next_evaluation_normally_after_stopping_one():
@@ -104,3 +108,17 @@ def test_it_keeps_at_most_the_configured_number_of_engine_processes(settings):
 
     assert results == [True] * 6
     assert sandbox.pool.size == 2
+
+
+def test_it_logs_at_most_twenty_lines_a_ruleset_prints_per_evaluation_and_counts_the_rest(caplog):
+    printing = """package agp.printing
+import rego.v1
+allow if { some i in numbers.range(1, 15); print("line", i); false }
+"""
+    sandbox.pool.close()  # a fresh engine process: compiling (with its warm-up) and evaluating are one request
+
+    evaluate(printing)
+
+    lines = [record.getMessage().split(": ", 1)[1] for record in caplog.records if record.name == "core.engine.sandbox"]
+    assert lines == [f"line {i}" for i in range(1, 16)] + [f"line {i}" for i in range(1, 6)] + [
+        "10 more lines of its output were not logged"]

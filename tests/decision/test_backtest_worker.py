@@ -2,11 +2,13 @@
 
 10,000 recorded evaluations, each made for an action, are re-evaluated through the API, and
 the counts are checked against an independent re-evaluation here, with regorus itself; a
-slow one is cancelled while it runs and stops.
+slow one is cancelled while it runs and stops. Four backtests of a candidate that takes the
+engine's whole time limit on every evaluation do not keep a governed action from executing.
 """
 
 import hashlib
 import re
+import time
 
 import pytest
 import regorus
@@ -16,7 +18,16 @@ from agp_project.canonical import action_document, content_hash
 from core.models import LedgerEvent
 from decision.models import Backtest, PolicyEvaluation
 from tests.execution.factories import RULESET, make_policy_set, make_world
-from tests.execution.worker import ledger_event_types, module_worker, test_broker, wait_for, worker_db  # noqa: F401
+from tests.execution.worker import (  # noqa: F401
+    ledger_event_types,
+    module_worker,
+    poll_until_ended,
+    submit_async,
+    test_broker,
+    wait_for,
+    worker_db,
+)
+from tests.registry.test_policy_sets_api import SPINS_ON_DEMAND
 
 pytestmark = pytest.mark.postgres
 
@@ -183,3 +194,34 @@ def test_a_running_backtest_is_cancelled_through_its_operation_and_stops(api, mo
     assert stopped.changes == [] and stopped.completed_at is not None
     assert ledger_event_types(backtest_id) == ["backtest.created", "backtest.running", "backtest.cancelled"]
     assert not LedgerEvent.objects.filter(resource_id=backtest_id, event_type="backtest.succeeded").exists()
+
+
+def test_four_backtests_that_spin_on_every_evaluation_leave_a_governed_action_its_worker(
+        api, module_worker, worker_db, settings):
+    settings.AGP_BACKTESTS_PER_CLIENT = 4  # one client asks for all four (authentication is off here)
+    world = make_world()
+    baseline = make_policy_set(ruleset=RULESET.replace("agp.test", "agp.baseline"))
+    spinning = make_policy_set(ruleset=SPINS_ON_DEMAND)  # each evaluation runs to the engine's limit (500 ms)
+    PolicyEvaluation.objects.bulk_create([PolicyEvaluation(
+        evaluation_id=f"pe-spin-{i}", policy_set=baseline, task=world.task, agent_id=world.agent_id,
+        input={"spin": True}, input_hash=content_hash({"spin": True}), ruleset_hash=baseline.ruleset_hash,
+        result={"allow": True, "require_approval": False, "reasons": []}, allowed=True,
+        evaluated_at=timezone.now(), created_at=timezone.now()) for i in range(100)])
+    operations = [api.post("/agp/backtests", {"policy_set_id": spinning.policy_set_id,
+                                              "baseline_policy_set_id": baseline.policy_set_id},
+                           format="json").json() for _ in range(4)]
+    wait_for(lambda: Backtest.objects.filter(status="running").count() >= 2, timeout=30,
+             message="the backtests to take both worker processes", worker=module_worker)
+
+    started = time.monotonic()
+    accepted = submit_async(api, world.envelope_request())
+    ended = poll_until_ended(api, accepted["operation_id"], worker=module_worker, timeout=10)
+    elapsed = time.monotonic() - started
+
+    assert ended["status"] == "succeeded"
+    assert elapsed < 10
+    unfinished = Backtest.objects.filter(status__in=["pending", "running"]).count()
+    for operation in operations:
+        api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
+    assert unfinished == 4  # still at it: each has minutes of evaluations left (100 of 500 ms)
+    print(f"the governed action executed {elapsed:.1f} s after its submission, beside four running backtests")

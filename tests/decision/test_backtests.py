@@ -87,7 +87,13 @@ def start(api, **body):
 
 
 def run(backtest_id):
-    return backtest_run(backtest_id=backtest_id, executor="test/pid-1", action_ids_of=action_ids_citing)
+    """Run a backtest to its end, slice after slice, as the worker would with each slice's message."""
+    outcome = backtest_run(backtest_id=backtest_id, executor="test/pid-1", action_ids_of=action_ids_citing)
+    while outcome == "continued":
+        [(_, attempt, slice_number)] = [message.args for message in OutboxMessage.objects.order_by("-pk")[:1]]
+        outcome = backtest_run(backtest_id=backtest_id, executor="test/pid-1", action_ids_of=action_ids_citing,
+                               attempt=attempt, slice_number=slice_number)
+    return outcome
 
 
 def backtest_of(operation):
@@ -159,7 +165,95 @@ def test_it_refuses_a_duplicate_backtest_id(api):
     assert Backtest.objects.count() == 1
 
 
+def test_a_client_may_have_only_so_many_unfinished_backtests(api, settings, make_token):
+    settings.AGP_BACKTESTS_PER_CLIENT = 2
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(client_id='planner')}")
+    first, _ = start(api, policy_set_id=candidate.policy_set_id), start(api, policy_set_id=candidate.policy_set_id)
+
+    refused = api.post(URL, {"policy_set_id": candidate.policy_set_id, "backtest_id": "bt-third"}, format="json")
+
+    assert refused.status_code == 429 and refused["Retry-After"] == "30"
+    error = refused.json()["error"]
+    assert (error["code"], error["retryable"], error["details"]) == (
+        "AGP_RATE_LIMITED", True, {"unfinished_backtests": 2})
+    assert not Backtest.objects.filter(backtest_id="bt-third").exists()
+    # Another client has its own; an ended backtest frees its client's slot.
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(client_id='auditor')}")
+    start(api, policy_set_id=candidate.policy_set_id)
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(client_id='planner')}")
+    api.patch(f"/agp/operations/{first['operation_id']}", {"status": "cancelled"}, format="json")
+    start(api, policy_set_id=candidate.policy_set_id, backtest_id="bt-third")
+    assert Backtest.objects.filter(requested_by="planner").count() == 3
+
+
 # --- the run -------------------------------------------------------------------------------------
+
+def test_a_run_yields_its_worker_between_slices_and_a_repeated_slice_message_does_nothing(api, monkeypatch):
+    monkeypatch.setattr(backtests_module, "SLICE_SECONDS", 0)  # one evaluation a slice
+    world = make_world()
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    for amount in (10, 500, 20):
+        record(world, amount)
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+    backtest_id = backtest_of(operation)
+
+    outcomes = [run_slice(backtest_id)]
+    while outcomes[-1] == "continued":
+        message = OutboxMessage.objects.order_by("-pk").first()
+        assert message.task_name == "agp.run_backtest"
+        outcomes.append(run_slice(*message.args))
+        # The same message again: its slice is over (or the whole run).
+        assert run_slice(*message.args) == ("stale" if outcomes[-1] == "continued" else "done")
+
+    assert outcomes == ["continued"] * 3 + ["succeeded"]  # four evaluations: the world's and three recorded
+    body = api.get(operation["result_url"]).json()
+    assert (body["evaluations"], body["newly_denied"], body["limit_reached"]) == (4, 1, None)
+    assert ledger_event_types(backtest_id) == ["backtest.created", "backtest.running", "backtest.succeeded"]
+
+
+def run_slice(backtest_id, attempt=None, slice_number=None):
+    return backtest_run(backtest_id=backtest_id, executor="test/pid-1", action_ids_of=action_ids_citing,
+                        attempt=attempt, slice_number=slice_number)
+
+
+def test_a_run_stops_at_its_bound_of_evaluations_and_says_so(api, settings):
+    settings.AGP_BACKTEST_MAX_EVALUATIONS = 3
+    world = make_world()
+    candidate = make_policy_set(ruleset=CANDIDATE)
+    recorded = [record(world, 500) for _ in range(4)]
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+
+    assert run(backtest_of(operation)) == "succeeded"
+
+    body = api.get(operation["result_url"]).json()
+    assert (body["total"], body["evaluations"], body["newly_denied"]) == (5, 3, 2)
+    assert [change["evaluation_id"] for change in body["changes"]] == [e.evaluation_id for e in recorded[:2]]
+    assert body["limit_reached"] == {"limit": "AGP_BACKTEST_MAX_EVALUATIONS", "value": 3, "message": (
+        "The backtest stopped at its bound of 3 evaluations (AGP_BACKTEST_MAX_EVALUATIONS): 3 of the window's 5 "
+        "evaluations were re-evaluated, 2 were not.")}
+    assert LedgerEvent.objects.get(resource_id=body["backtest_id"], event_type="backtest.succeeded").payload[
+        "limit_reached"] == "AGP_BACKTEST_MAX_EVALUATIONS"
+
+
+def test_a_run_stops_at_its_bound_of_time_and_says_so(api, settings):
+    settings.AGP_BACKTEST_MAX_SECONDS = 1
+    settings.AGP_POLICY_TIMEOUT_MS = 300
+    world = make_world()
+    candidate = make_policy_set(ruleset=SPINS_ON_DEMAND)  # each evaluation takes the engine's whole limit
+    for _ in range(8):
+        record(world, 10, spin=True)
+    operation = start(api, policy_set_id=candidate.policy_set_id)
+    started = time.monotonic()
+
+    assert run(backtest_of(operation)) == "succeeded"
+
+    assert time.monotonic() - started < 3
+    body = api.get(operation["result_url"]).json()
+    assert body["limit_reached"]["limit"] == "AGP_BACKTEST_MAX_SECONDS" and body["limit_reached"]["value"] == 1
+    assert 2 <= body["evaluations"] <= 5 and body["total"] == 9
+    assert Backtest.objects.get(backtest_id=body["backtest_id"]).run_seconds >= 1
+
 
 def test_it_re_evaluates_the_window_and_stores_the_summary_and_the_changes(api):
     world = make_world()

@@ -1,13 +1,16 @@
-"""Shadow policy sets (CONTRACT C14): evaluated beside the set they shadow, recorded in
-``shadow_results``, never changing an outcome, never clearing an envelope."""
+"""Shadow policy sets (CONTRACT C14): evaluated after the evaluation of the set they shadow was
+answered, recorded in ``shadow_results``, never changing an outcome, never clearing an
+envelope. Here the worker's task body runs in process (``record_shadows``); a real worker
+runs it in test_shadow_worker.py."""
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agp_project.signing import verify_resource
-from core.models import LedgerEvent
+from core.models import LedgerEvent, OutboxMessage
 from decision.models import PolicyEvaluation
+from decision.services import policy_evaluation_shadows_record
 from registry.models import PolicySet
 from tests.execution.factories import RULESET, make_policy_set, make_world
 
@@ -66,6 +69,13 @@ def evaluate(api, world, policy_set_id=None, **input_fields):
     return response.json()
 
 
+def record_shadows(api, evaluation):
+    """What the worker does with the evaluation's ``agp.evaluate_shadows`` message; the evaluation as read then."""
+    [message] = OutboxMessage.objects.filter(task_name="agp.evaluate_shadows", args=[evaluation["evaluation_id"]])
+    policy_evaluation_shadows_record(evaluation_id=message.args[0])
+    return api.get(f"/agp/policy-evaluations/{evaluation['evaluation_id']}").json()
+
+
 def test_it_creates_a_signed_shadow_of_a_set(api):
     world = make_world()
     response = create_set(api, STRICTER, shadow_of=world.policy_set.policy_set_id, policy_set_id="ps-shadow")
@@ -101,26 +111,41 @@ def test_an_evaluation_records_each_active_shadow_and_its_disagreement_without_c
     world = make_world()
     plain = evaluate(api, world, amount=500)
     assert plain["shadow_results"] == []
+    assert not OutboxMessage.objects.filter(task_name="agp.evaluate_shadows").exists()
     make_policy_set(policy_set_id="ps-b-stricter", ruleset=STRICTER, shadow_of=world.policy_set)
     make_policy_set(policy_set_id="ps-a-same", ruleset=SAME, shadow_of=world.policy_set)
 
-    shadowed = evaluate(api, world, amount=500)
+    answered = evaluate(api, world, amount=500)
 
-    assert shadowed["result"] == plain["result"] == {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}
-    assert shadowed["shadow_results"] == [
+    # Answered with its own verdict; each shadow is named, not yet evaluated.
+    assert answered["result"] == plain["result"] == {"allow": True, "require_approval": False,
+                                                     "approvals_required": 0, "reasons": []}
+    assert answered["shadow_results"] == [
+        {"policy_set_id": "ps-a-same", "allow": None, "matches": None},
+        {"policy_set_id": "ps-b-stricter", "allow": None, "matches": None}]
+    created = LedgerEvent.objects.get(resource_id=answered["evaluation_id"])
+    assert created.payload["shadows"] == ["ps-a-same", "ps-b-stricter"] and "shadows" not in (
+        LedgerEvent.objects.get(resource_id=plain["evaluation_id"]).payload)
+
+    shadowed = record_shadows(api, answered)
+
+    assert shadowed == {**answered, "shadow_results": [
         {"policy_set_id": "ps-a-same", "allow": True, "matches": True},
-        {"policy_set_id": "ps-b-stricter", "allow": False, "matches": False}]
-    stored = PolicyEvaluation.objects.get(evaluation_id=shadowed["evaluation_id"])
+        {"policy_set_id": "ps-b-stricter", "allow": False, "matches": False}]}
+    stored = PolicyEvaluation.objects.get(evaluation_id=answered["evaluation_id"])
     assert stored.allowed is True and stored.result == plain["result"]
     assert stored.shadow_results == {"ps-a-same": {"allow": True, "matches": True},
                                      "ps-b-stricter": {"allow": False, "matches": False}}
-    assert api.get(f"/agp/policy-evaluations/{shadowed['evaluation_id']}").json() == shadowed
-    event = LedgerEvent.objects.get(resource_id=shadowed["evaluation_id"])
-    assert event.payload["shadow_results"] == stored.shadow_results
-    assert "shadow_results" not in LedgerEvent.objects.get(resource_id=plain["evaluation_id"]).payload
+    event = LedgerEvent.objects.get(resource_id=answered["evaluation_id"], event_type="policy_evaluation.shadowed")
+    assert event.payload["shadow_results"] == {
+        "ps-a-same": {"allow": True, "matches": True, "reasons": []},
+        "ps-b-stricter": {"allow": False, "matches": False, "reasons": ["amount over 100"]}}
+    # A repeated message records nothing more.
+    assert policy_evaluation_shadows_record(evaluation_id=answered["evaluation_id"]) == 0
+    assert LedgerEvent.objects.filter(resource_id=answered["evaluation_id"]).count() == 2
 
     # Where the primary denies and the shadow too, they agree.
-    denied = evaluate(api, world, amount=5000)
+    denied = record_shadows(api, evaluate(api, world, amount=5000))
     assert denied["result"]["allow"] is False
     assert {r["policy_set_id"]: r["matches"] for r in denied["shadow_results"]} == {
         "ps-a-same": True, "ps-b-stricter": True}
@@ -137,7 +162,7 @@ def test_a_shadow_judges_the_action_the_evaluation_was_made_for(api):
             "action": {"tool_id": "payments", "operation": operation, "parameters": {"amount": amount}}},
             format="json")
         assert response.status_code == 201, response.content
-        return response.json()
+        return record_shadows(api, response.json())
 
     refund, large, delete = evaluate_action("refund", 50), evaluate_action("refund", 500), evaluate_action("delete", 5)
 
@@ -150,20 +175,24 @@ def test_a_shadow_judges_the_action_the_evaluation_was_made_for(api):
         [{"policy_set_id": "ps-refunds-only", "allow": False, "matches": False}]]
 
 
-def test_a_shadow_stopped_at_the_engine_s_time_limit_changes_nothing(api, settings):
+def test_a_shadow_stopped_at_the_engine_s_time_limit_is_recorded_with_its_reason(api, settings):
     settings.AGP_OPA_URL = None
     settings.AGP_POLICY_TIMEOUT_MS = 300
     world = make_world()
     make_policy_set(policy_set_id="ps-spinning", ruleset=SPINNING, shadow_of=world.policy_set)
 
     evaluation = evaluate(api, world, amount=500)
+    shadowed = record_shadows(api, evaluation)
 
     assert evaluation["result"] == {"allow": True, "require_approval": False, "approvals_required": 0, "reasons": []}
-    assert evaluation["shadow_results"] == [{"policy_set_id": "ps-spinning", "allow": False, "matches": False}]
+    assert shadowed["shadow_results"] == [{"policy_set_id": "ps-spinning", "allow": False, "matches": False}]
+    event = LedgerEvent.objects.get(resource_id=evaluation["evaluation_id"], event_type="policy_evaluation.shadowed")
+    assert event.payload["shadow_results"]["ps-spinning"]["reasons"] == [
+        "policy evaluation stopped: it exceeded the time limit of 300 ms (AGP_POLICY_TIMEOUT_MS)"]
     assert PolicyEvaluation.objects.get(evaluation_id=evaluation["evaluation_id"]).allowed is True
 
 
-def test_it_reads_the_set_and_its_shadows_in_the_one_query_it_read_the_set_in(api):
+def test_its_shadows_cost_an_evaluation_one_outbox_row_and_no_query_to_read_them(api):
     world = make_world()
     body = {"policy_set_id": world.policy_set.policy_set_id, "task_id": world.task.task_id,
             "agent_id": world.agent_id, "input": {"action_class": "read"}}
@@ -174,7 +203,9 @@ def test_it_reads_the_set_and_its_shadows_in_the_one_query_it_read_the_set_in(ap
     with CaptureQueriesContext(connection) as with_shadows:
         response = api.post("/agp/policy-evaluations", body, format="json")
     assert len(response.json()["shadow_results"]) == 2
-    assert len(with_shadows) == len(without)
+    # The set and its shadows are read in one query; the one more statement is the outbox message.
+    assert len(with_shadows) == len(without) + 1
+    assert OutboxMessage.objects.get(task_name="agp.evaluate_shadows").args == [response.json()["evaluation_id"]]
 
 
 @pytest.mark.parametrize("shadow_status", ["deprecated", "revoked"])

@@ -239,9 +239,10 @@ def test_it_hides_unhandled_exceptions_behind_a_500_envelope(path):
 
 @pytest.mark.urls("tests.platform.urls")
 @pytest.mark.parametrize("path", ["/agp/test/database-down", "/agp/test/plain-database-down"])
-def test_it_maps_a_database_outage_to_503(path):
+def test_it_maps_a_database_outage_to_503_saying_when_to_retry(path):
     response = APIClient(raise_request_exception=False).get(path)
     assert_envelope(response, 503, "AGP_UNAVAILABLE", retryable=True)
+    assert response["Retry-After"] == "5"
     assert SECRET_DETAIL not in response.content.decode()
 
 

@@ -8,6 +8,8 @@ worker sharing one ``PROMETHEUS_MULTIPROC_DIR``, both logging JSON.
   machine): the execution's counters, no database gauges, the same token.
 - One ``X-Request-ID`` is echoed by the server and found on gunicorn's access line and on the
   worker's log lines of the execution and of both callback deliveries (the first refused).
+- The log stays one JSON object a line while the policy engine crashes on a ruleset (its own
+  stderr becomes log records); a token sent in the query string is refused and never written.
 """
 
 import json
@@ -27,7 +29,8 @@ from django.conf import settings
 from agp_project.signing import get_signer
 from execution.models import CallbackAttempt
 from tests.agp_client.server import free_port
-from tests.execution.factories import make_world
+from tests.core.test_sandbox import HOARDING
+from tests.execution.factories import make_policy_set, make_world
 from tests.execution.receiver import receiver  # noqa: F401
 from tests.execution.worker import (  # noqa: F401
     FAST_ENV,
@@ -252,3 +255,35 @@ def test_one_request_id_is_echoed_and_followed_through_the_worker_log_lines(stac
 
     made = requests.get(f"{stack.web.url}/healthz", headers={"X-Request-ID": "not a sane id"}, timeout=10)
     assert made.headers["X-Request-ID"] != "not a sane id" and len(made.headers["X-Request-ID"]) == 32
+
+
+def test_the_web_log_stays_one_json_object_a_line_while_the_engine_crashes_a_ruleset(stack, worker_db):  # noqa: F811
+    world = make_world()
+    hoarding = make_policy_set(ruleset=HOARDING)  # stored as if registered before: it would not compile now
+
+    response = requests.post(f"{stack.web.url}/agp/policy-evaluations", timeout=30, json={
+        "policy_set_id": hoarding.policy_set_id, "task_id": world.task.task_id, "agent_id": world.agent_id,
+        "input": {}})
+
+    assert response.status_code == 201, response.text
+    assert response.json()["result"]["allow"] is False
+    lines = stack.web.log_path.read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # every line, not only those that look like JSON
+    assert any(record["logger"] == "core.engine.sandbox" and "memory allocation of" in record["message"]
+               for record in records), lines[-10:]
+
+
+def test_a_token_in_the_query_string_is_refused_and_never_written_to_the_log(stack, worker_db):  # noqa: F811
+    secret = f"eyJ-a-token-{uuid.uuid4().hex}"
+    request_id = f"query-token-{uuid.uuid4().hex[:8]}"
+
+    response = requests.get(f"{stack.web.url}/agp/tasks?limit=1&access_token={secret}", timeout=10,
+                            headers={"X-Request-ID": request_id})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {"fields": {"access_token": ["Not accepted in the query string."]}}
+    log = stack.web.log_path.read_text()
+    assert secret not in log
+    [access] = [line for line in stack.web.log_lines()
+                if line["logger"] == "gunicorn.access" and line.get("request_id") == request_id]
+    assert access["http"]["request"] == "GET /agp/tasks?limit=1&access_token=[redacted] HTTP/1.1"

@@ -39,6 +39,7 @@ def test_readyz_is_503_when_the_broker_does_not_answer(api, settings):
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
     response = api.get("/readyz")
     assert response.status_code == 503
+    assert response["Retry-After"] == "5"
     assert response.json() == {"error": {
         "code": "AGP_UNAVAILABLE", "message": "Not ready: broker unreachable.", "retryable": True,
         "details": {"checks": {"database": True, "broker": False}}}}
@@ -63,6 +64,7 @@ def test_a_server_whose_database_is_down_is_not_ready_and_answers_503(run_server
         response = requests.post(f"{server.url}/agp/ledger-events", data=json.dumps(EVENT), timeout=10,
                                  headers={"Content-Type": "application/json", **headers})
         assert response.status_code == 503, response.text
+        assert response.headers["Retry-After"] == "5"
         assert response.json()["error"] == {"code": "AGP_UNAVAILABLE", "retryable": True, "details": {},
                                             "message": "A backing service is unavailable; nothing was written."}
         assert "127.0.0.1" not in response.text and "Traceback" not in response.text

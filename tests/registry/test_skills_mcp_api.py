@@ -7,6 +7,7 @@ the body and what the database (skills, ledger) holds afterwards.
 
 import hashlib
 import socket
+import time
 
 import anyio
 import pytest
@@ -127,6 +128,21 @@ def test_it_refuses_an_mcp_server_that_answers_too_slowly(api, local_mcp):
 
     assert error["details"]["fields"]["endpoint_url"] == [
         "The MCP server could not be pinned: no answer within the connector timeout (1 s)."]
+    assert not Skill.objects.exists()
+
+
+def test_it_refuses_a_server_that_never_lists_its_tools_within_the_registration_s_time_limit(
+        api, local_mcp, mcp_servers):
+    local_mcp.AGP_MCP_REGISTRATION_TIMEOUT_SECONDS = 1  # well under the connector timeout (5 s here)
+    server = mcp_servers.start(list_hangs=True)
+
+    started = time.monotonic()
+    error = error_of(register(api, server.url), 400)
+
+    assert time.monotonic() - started < 2
+    assert error["details"]["fields"]["endpoint_url"] == [
+        "The MCP server could not be pinned: no answer within the time limit of 1 s."]
+    assert server.events() == [{"event": "list"}]  # it was reached; it just never answers
     assert not Skill.objects.exists()
 
 

@@ -7,27 +7,36 @@
   the ledger head lock that this test holds): the request answers a clean 503 and nothing of
   it is stored; the retry, with the same Idempotency-Key, succeeds. Connections killed
   between requests cost nothing: the next request reconnects.
+- PostgreSQL terminates the connection at a request's COMMIT (a deferred trigger that
+  terminates its own backend): the 503 says the outcome is unknown, not that nothing was
+  written. Right after a submission's commit (while the outbox row is marked published):
+  the answer is the 202, its replay the same, and a real worker runs the operation once,
+  also when the sweep sends the message again.
 
 A worker killed mid-execution: tests/execution/test_worker_recovery.py. A callback receiver
 that is down: tests/execution/test_callbacks.py and test_dead_receiver.py here.
 Needs PostgreSQL (the server and this test share the test database).
 """
 
+import contextlib
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 import requests
 from django.db import connection
 
 from core.models import LedgerEvent, OutboxMessage
-from execution.models import ActionEnvelope, Operation
+from core.outbox import outbox_sweep
+from execution.models import ActionEnvelope, Operation, Receipt
 from registry.models import Task
 from tests.agp_client.server import LiveServer, database_url
 from tests.concurrency import pg_connect
 from tests.conftest import AUTH_SECRET
 from tests.execution.factories import make_world
+from tests.execution.worker import test_broker, worker_factory  # noqa: F401
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.postgres
@@ -174,3 +183,109 @@ def test_it_reconnects_after_postgres_kills_its_idle_connections(live):
 
     answers = [session.get(f"{server.url}/agp/tasks", timeout=30).status_code for _ in range(6)]
     assert answers == [200] * 6
+
+
+# --- PostgreSQL at and after the commit ---------------------------------------------------------------
+@contextlib.contextmanager
+def backend_dies(trigger: str):
+    """A real fault inside PostgreSQL: ``trigger`` (``CREATE ... TRIGGER agp_fault ... EXECUTE FUNCTION
+    agp_fault()``) runs a function that terminates its own backend, the first time only (a
+    sequence counts, outside any transaction). ``again()`` arms it for one more time."""
+    with pg_connect(autocommit=True) as admin:
+        admin.execute("CREATE SEQUENCE agp_fault_count")
+        admin.execute("CREATE FUNCTION agp_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                      "IF nextval('agp_fault_count') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); "
+                      "END IF; RETURN NEW; END $$")
+        admin.execute(trigger)
+        try:
+            yield lambda: admin.execute("SELECT setval('agp_fault_count', 1, false)")
+        finally:
+            table = trigger.split(" ON ", 1)[1].split()[0]
+            admin.execute(f"DROP TRIGGER agp_fault ON {table}")
+            admin.execute("DROP FUNCTION agp_fault()")
+            admin.execute("DROP SEQUENCE agp_fault_count")
+
+
+def test_a_connection_lost_at_commit_is_answered_as_an_unknown_outcome(transactional_db, api):
+    task = {"task_id": f"task-commit-{uuid.uuid4().hex[:8]}", "root_principal": "org:acme", "agent_id": "agent-1",
+            "title": "fault", "risk_level": "low", "action_class": "read"}
+    with backend_dies("CREATE CONSTRAINT TRIGGER agp_fault AFTER INSERT ON core_ledgerevent DEFERRABLE "
+                      "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION agp_fault()"):
+        response = api.post("/agp/tasks", task, format="json")
+
+    assert response.status_code == 503, response.content
+    assert response["Retry-After"] == "5"
+    error = response.json()["error"]
+    assert (error["code"], error["retryable"], error["details"]) == ("AGP_UNAVAILABLE", True, {"outcome": "unknown"})
+    assert "may or may not have been written" in error["message"]
+    assert not Task.objects.filter(task_id=task["task_id"]).exists()  # here the server had not committed
+
+
+def test_a_submission_whose_connection_dies_right_after_its_commit_is_answered_202_and_runs_once(
+        live, test_broker, worker_factory):  # noqa: F811
+    start, session = live
+    server = start(AGP_BROKER_URL=test_broker.url, AGP_CELERY_QUEUE=test_broker.queue)
+    worker = worker_factory.start()
+    world = make_world()
+    answers = []
+    # The outbox row is marked published after the commit: that UPDATE kills the connection.
+    with backend_dies("CREATE TRIGGER agp_fault BEFORE UPDATE ON core_outboxmessage FOR EACH ROW "
+                      "EXECUTE FUNCTION agp_fault()") as again:
+        for headers in ({}, {"Idempotency-Key": "after-commit-1"}):
+            answers.append(session.post(f"{server.url}/agp/action-envelopes", json=world.envelope_request(),
+                                        headers={"Prefer": "respond-async", **headers}, timeout=30))
+            again()
+    replay = session.post(f"{server.url}/agp/action-envelopes", data=answers[1].request.body, timeout=30,
+                          headers={"Prefer": "respond-async", "Idempotency-Key": "after-commit-1",
+                                   "Content-Type": "application/json"})
+
+    assert [answer.status_code for answer in answers] == [202, 202], [answer.text for answer in answers]
+    assert (replay.status_code, replay.headers["Idempotent-Replayed"]) == (202, "true")
+    assert replay.json() == answers[1].json()
+    operation_ids = [answer.json()["operation_id"] for answer in answers]
+    # The marks died with their connections: the rows are still pending, and the sweep sends them again.
+    assert OutboxMessage.objects.filter(args__in=[[op] for op in operation_ids], status="pending").count() == 2
+    wait_for(lambda: Operation.objects.filter(operation_id__in=operation_ids, status="succeeded").count() == 2,
+             timeout=30, message="both operations to succeed")
+    assert outbox_sweep(older_than=timedelta(0)) >= 2
+    wait_for(lambda: worker.log_path.read_text().count("'done'") >= 2, timeout=30, message="the worker to drop both repeats")
+    assert Receipt.objects.filter(operation_id__in=operation_ids).count() == 2
+    assert LedgerEvent.objects.filter(resource_id__in=operation_ids, event_type="operation.succeeded").count() == 2
+
+
+def test_under_connections_killed_again_and_again_no_submission_answered_503_was_written(live):
+    start, session = live
+    server = start()
+    world = make_world()
+    answers: list[tuple[str, int]] = []
+    stop = threading.Event()
+
+    def submit():
+        with requests.Session() as client:
+            client.headers["Authorization"] = session.headers["Authorization"]
+            while not stop.is_set():
+                body = world.envelope_request()
+                response = client.post(f"{server.url}/agp/action-envelopes", json=body, timeout=30,
+                                       headers={"Prefer": "respond-async"})
+                answers.append((body["action_id"], response.status_code))
+
+    clients = [threading.Thread(target=submit) for _ in range(6)]
+    with pg_connect(autocommit=True) as admin:
+        for client in clients:
+            client.start()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            for pid in _server_backends(admin, waiting_on_lock=False):
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            time.sleep(0.1)
+        stop.set()
+        for client in clients:
+            client.join(timeout=60)
+
+    statuses = {status for _, status in answers}
+    assert statuses <= {202, 503} and 503 in statuses and 202 in statuses, statuses
+    written = set(ActionEnvelope.objects.filter(action_id__in=[action_id for action_id, _ in answers])
+                  .values_list("action_id", flat=True))
+    assert written == {action_id for action_id, status in answers if status == 202}
+    print(f"{len(answers)} submissions: {sum(status == 202 for _, status in answers)} accepted, "
+          f"{sum(status == 503 for _, status in answers)} answered 503, none of those written")

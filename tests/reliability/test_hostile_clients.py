@@ -39,6 +39,7 @@ from tests.decision.factories import make_assessment, make_decision, make_task
 from tests.execution.factories import make_policy_set, make_world
 from tests.execution.receiver import receiver  # noqa: F401
 from tests.execution.worker import TERMINAL, test_broker, wait_for, worker_db, worker_factory  # noqa: F401
+from tests.mcp_server import mcp_servers  # noqa: F401
 from tests.reliability.hostile import TIME_LIMIT_MS, assert_envelope
 
 pytestmark = pytest.mark.postgres
@@ -135,6 +136,51 @@ def test_a_what_if_under_another_policy_set_needs_the_policy_scope_and_runs_unde
     assert answered.json()["what_if"]["result"] == {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": [
         "policy evaluation stopped: it exceeded the memory limit of 256 MB (AGP_POLICY_MEMORY_MB)"]}
     assert time.monotonic() - started < TIME_LIMIT_MS / 1000 + 2
+
+
+# --- MCP registration: a server that never answers takes no more than its share ------------------------
+
+def test_twice_as_many_registrations_as_threads_against_a_silent_mcp_server_leave_reads_answering(
+        stack, as_client, mcp_servers):
+    silent = mcp_servers.start(list_hangs=True)  # answers the handshake, never the tool listing
+    api = as_client()
+    world = make_world()
+    threads = 4  # the stack's web tier: one gunicorn process with four threads
+    answers: list[requests.Response] = []
+
+    def register():
+        answers.append(api.post(f"{stack.url}/agp/skills", timeout=30, json={
+            "agent_id": world.agent_id, "name": "silent", "tool_id": "crm", "connector": "mcp",
+            "endpoint_url": silent.url}))
+
+    burst = [threading.Thread(target=register) for _ in range(2 * threads)]
+    for thread in burst:
+        thread.start()
+    latencies = []
+    with requests.Session() as reader:
+        reader.headers["Authorization"] = api.headers["Authorization"]
+        while any(thread.is_alive() for thread in burst):
+            started = time.monotonic()
+            assert reader.get(f"{stack.url}/agp/tasks/{world.task.task_id}", timeout=30).status_code == 200
+            latencies.append(time.monotonic() - started)
+            time.sleep(0.05)
+    for thread in burst:
+        thread.join()
+
+    assert len(latencies) >= 5 and max(latencies) < 1, latencies
+    # The per-process cap (AGP_MCP_REGISTRATIONS_PER_PROCESS, 2) lists two; the rest are told when to retry.
+    statuses = sorted(answer.status_code for answer in answers)
+    assert statuses == [400, 400] + [503] * (2 * threads - 2), [answer.text for answer in answers]
+    for answer in answers:
+        if answer.status_code == 503:
+            assert_envelope(answer, 503, "AGP_UNAVAILABLE")
+            assert answer.headers["Retry-After"] == "3"
+        else:
+            error = assert_envelope(answer, 400, "AGP_INVALID_REQUEST")
+            assert error["details"]["fields"]["endpoint_url"] == [
+                "The MCP server could not be pinned: no answer within the time limit of 3 s."]
+    assert not Skill.objects.filter(agent_id=world.agent_id, name="silent").exists()
+    print(f"{len(latencies)} reads during the burst, slowest {max(latencies) * 1000:.0f} ms")
 
 
 # --- external operations: receipts and cancellation ----------------------------------------------------
