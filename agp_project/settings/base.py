@@ -211,6 +211,9 @@ BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("AGP_BROKER_URL", "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     (BROKER_DIR / "control").mkdir(parents=True, exist_ok=True)
+    # kombu's filesystem transport, writing each message whole (agp_project/broker.py).
+    CELERY_BROKER_TRANSPORT = "agp_project.broker:Transport"
+
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # One folder for both directions: producers and consumers share the queue.
         "data_folder_in": str(BROKER_DIR),
