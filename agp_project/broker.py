@@ -1,37 +1,24 @@
-"""The embedded broker: kombu's filesystem transport, with messages that appear whole.
+"""The embedded broker: kombu's SQLAlchemy transport over a SQLite file under ``var/``.
 
-kombu's filesystem transport creates a message's file, then writes it; a consumer polling
-the folder may take the file in between and read nothing, and the worker stops on the
-undecodable message ("Unrecoverable error: JSONDecodeError"). Here a message is written
-under a name consumers pass over (it does not end in ``.<queue>.msg``) and renamed into
-place when complete: a rename within one folder is atomic, so a consumer sees the whole
-message or none of it. ``_put`` is the method a kombu virtual transport implements to
-store a message (kombu.transport.virtual.Channel); nothing else changes.
+Of kombu's transports that need no server, the filesystem one creates a message's file before
+writing it, so a worker polling the folder can take the file empty and stop on the undecodable
+message; SQLite commits a message whole or not at all. A virtual transport polls its queues,
+once a second by default; kombu hands its ``polling_interval`` option to SQLAlchemy's
+``create_engine`` too, which refuses it, so the interval is set here on the transport class
+(``kombu.transport.virtual.Transport.polling_interval``).
 """
 
-import os
-import uuid
-from time import monotonic
+from kombu.transport import sqlalchemy
 
-from kombu.exceptions import ChannelError
-from kombu.transport import filesystem
-
-from kombu.utils.encoding import str_to_bytes
-from kombu.utils.json import dumps
+EMBEDDED_SCHEME = "sqlite:"
 
 
-class Channel(filesystem.Channel):
-    def _put(self, queue, payload, **kwargs):
-        name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
-        final = os.path.join(self.data_folder_out, name)
-        partial = f"{final}.part"
-        try:
-            with open(partial, "wb") as part:
-                part.write(str_to_bytes(dumps(payload)))
-            os.replace(partial, final)
-        except OSError as exc:
-            raise ChannelError(f"Cannot add file {final!r} to directory") from exc
+def is_embedded(url: str) -> bool:
+    """Whether ``url`` names the embedded broker (a SQLite file) rather than a broker server."""
+    return url.startswith(EMBEDDED_SCHEME)
 
 
-class Transport(filesystem.Transport):
-    Channel = Channel
+class Transport(sqlalchemy.Transport):
+    # With prefetch 1 a worker process takes one message a poll: a second between polls would
+    # hold the embedded setup to about a task a second per process.
+    polling_interval = 0.1

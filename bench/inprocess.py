@@ -11,7 +11,7 @@ Paths: ``get`` (``GET /agp/tasks/{id}``), ``validate`` (validate-only envelope),
 ``eval`` (``POST /agp/policy-evaluations``), each through Django's test client with a bearer
 token, in a world from ``tests/execution/factories.py`` (``--action-class``, ``--risk``). The
 database (``--database-url``, default ``agp_inprocess``) is recreated; the broker is the
-filesystem default under a temporary directory, so nothing is executed by a worker.
+embedded one in a temporary directory, so nothing is executed by a worker.
 """
 
 import argparse

@@ -48,9 +48,8 @@ def _broker_ok() -> bool:
     from agp_project.celery import app
 
     url = settings.CELERY_BROKER_URL
-    if url.startswith("filesystem://"):
-        return settings.BROKER_DIR.is_dir()
     try:
+
         # The configured URL, one attempt, no back-off: a probe must answer quickly.
         with app.connection_for_write(url=url) as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)

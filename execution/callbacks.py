@@ -150,7 +150,7 @@ def callbacks_recover(*, now: datetime | None = None, limit: int = 200) -> int:
     """Re-enqueue callback deliveries whose next attempt is overdue (its message was lost).
 
     Retries wait in the broker as countdown messages; a worker killed while holding one
-    (or the filesystem broker, which cannot redeliver) loses it. An operation that ended
+    (or the embedded broker, which cannot redeliver) loses it. An operation that ended
     within twice the whole retry schedule plus an hour, has a callback URL, and whose delivery is neither
     delivered nor abandoned (the ledger records both), is due again ``backoff(n)`` after
     attempt n (or right after it ended, with no attempt yet); overdue by more than

@@ -405,7 +405,7 @@ def operations_recover(*, now: datetime | None = None, limit: int = 500) -> int:
     """Re-enqueue operations no message is moving (defence in depth behind the outbox).
 
     - ``pending`` for longer than ``AGP_RECOVER_PENDING_AFTER_SECONDS`` (a lost message);
-    - ``running`` with an expired lease (its worker died; with the filesystem broker, or
+    - ``running`` with an expired lease (its worker died; with the embedded broker, or
       before the broker's visibility timeout redelivers the message).
 
     ``updated_at`` records the nudge, so an operation is re-enqueued at most once per period.

@@ -25,6 +25,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agp_project import errors
+from agp_project.broker import is_embedded as is_embedded_broker
 from agp_project.http.prefer import EXECUTE, VALIDATE
 from agp_project.ids import new_id
 from agp_project.metrics import ENVELOPE_FAILED_CHECKS, ENVELOPES, count_on_commit
@@ -172,14 +173,15 @@ def _redis_probe(url: str, timeout: float):
 def broker_ensure_reachable(*, timeout: float = BROKER_TIMEOUT_SECONDS) -> None:
     """503 unless the broker answers: accepting work no worker can be told about helps no one.
 
-    The filesystem transport (the embedded default) needs no server. The outbox would
-    deliver later anyway; refusing up front tells the client now, with nothing stored.
+    The embedded broker (a SQLite file) needs no server. The outbox would deliver later
+    anyway; refusing up front tells the client now, with nothing stored.
     """
     from agp_project.celery import app
 
     url = app.conf.broker_url or settings.CELERY_BROKER_URL
-    if url.startswith("filesystem://"):
+    if is_embedded_broker(url):
         return
+
     try:
         if url.startswith(("redis://", "rediss://")):
             _redis_probe(url, timeout).ping()

@@ -123,3 +123,19 @@ def authed_api(make_token):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token()}")
     return client
+
+
+@pytest.fixture
+def broker_at(settings):
+    """Point the settings and this process's Celery app at the broker ``url`` for one test."""
+    from agp_project.celery import app
+
+    saved = app.conf.broker_url, app.conf.broker_transport
+
+    def _point(url):
+        settings.CELERY_BROKER_URL = url
+        app.conf.broker_url = url
+        app.conf.broker_transport = None  # the URL's own (the embedded broker's is named in the settings)
+
+    yield _point
+    app.conf.broker_url, app.conf.broker_transport = saved

@@ -1,7 +1,8 @@
 """Settings for every environment, read from the environment (CONTRACT C10).
 
-With nothing configured the service runs on embedded defaults: a SQLite file and a
-filesystem broker under ``var/``. Production points ``AGP_DATABASE_URL`` at PostgreSQL and
+With nothing configured the service runs on embedded defaults: a SQLite database and a
+SQLite broker file under ``var/``.
+ Production points ``AGP_DATABASE_URL`` at PostgreSQL and
 ``AGP_BROKER_URL`` at Redis.
 """
 
@@ -206,25 +207,15 @@ AGP_ALLOW_PRIVATE_URLS = env_bool("AGP_ALLOW_PRIVATE_URLS", False)
 AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or secret_from_file(VAR_DIR / "callback-secret")
 
 # --- Celery (CONTRACT C8) -------------------------------------------------------------
-BROKER_DIR = VAR_DIR / "broker"
-# With a host named, kombu does not warn on every connection that it supplied "localhost".
-CELERY_BROKER_URL = env_str("AGP_BROKER_URL", "filesystem://localhost/")
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    (BROKER_DIR / "control").mkdir(parents=True, exist_ok=True)
-    # kombu's filesystem transport, writing each message whole (agp_project/broker.py).
-    CELERY_BROKER_TRANSPORT = "agp_project.broker:Transport"
+# The embedded broker (agp_project/broker.py): a SQLite file of its own beside the database.
+CELERY_BROKER_URL = env_str("AGP_BROKER_URL", f"sqlite:///{VAR_DIR / 'broker.sqlite3'}")
+if CELERY_BROKER_URL.startswith("sqlite:"):  # agp_project.broker.is_embedded
 
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        # One folder for both directions: producers and consumers share the queue.
-        "data_folder_in": str(BROKER_DIR),
-        "data_folder_out": str(BROKER_DIR),
-        "control_folder": str(BROKER_DIR / "control"),
-        "store_processed": False,
-        # The folder is polled: with prefetch 1 a worker takes one message a poll, so kombu's
-        # default of one poll a second would cap the embedded setup at one task a second.
-        "polling_interval": 0.1,
-    }
+    CELERY_BROKER_TRANSPORT = "agp_project.broker:Transport"
+    # Passed to SQLAlchemy's create_engine: how long a writer waits for SQLite's lock.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"connect_args": {"timeout": 30}}
 else:
+
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # Longer than any task may run, so a message is redelivered only when its
         # worker is really gone (late acknowledgement).

@@ -289,25 +289,12 @@ def test_it_refuses_an_envelope_for_a_task_closed_through_the_api(authed_api):
 
 
 # --- the broker -------------------------------------------------------------------------------------------
-@pytest.fixture
-def broker_url():
-    from agp_project.celery import app
-
-    saved = app.conf.broker_url
-
-    def _set(url):
-        app.conf.broker_url = url
-
-    yield _set
-    app.conf.broker_url = saved
-
-
 # transaction=True: the error handler marks the (test's) transaction for rollback on a 5xx.
 @pytest.mark.django_db(transaction=True)
-def test_it_answers_503_and_stores_nothing_when_the_broker_is_unreachable(api, broker_url):
+def test_it_answers_503_and_stores_nothing_when_the_broker_is_unreachable(api, broker_at):
     world = make_full_world()
     body = world.envelope_request()
-    broker_url("redis://127.0.0.1:1/3")
+    broker_at("redis://127.0.0.1:1/3")
 
     response = api.post(URL, body, format="json", HTTP_PREFER="respond-async")
 
@@ -319,17 +306,17 @@ def test_it_answers_503_and_stores_nothing_when_the_broker_is_unreachable(api, b
     assert not LedgerEvent.objects.filter(resource_id=body["action_id"]).exists()
 
 
-def test_it_accepts_when_the_redis_broker_answers(api, broker_url, redis_url):
+def test_it_accepts_when_the_redis_broker_answers(api, broker_at, redis_url):
     world = make_world()
-    broker_url(redis_url)
+    broker_at(redis_url)
     response = api.post(URL, world.envelope_request(), format="json", HTTP_PREFER="respond-async")
     assert response.status_code == 202
     assert Operation.objects.count() == 1
 
 
-def test_it_validates_without_asking_the_broker(api, broker_url):
+def test_it_validates_without_asking_the_broker(api, broker_at):
     world = make_world()
-    broker_url("redis://127.0.0.1:1/3")
+    broker_at("redis://127.0.0.1:1/3")
     assert api.post(URL, world.envelope_request(), format="json").status_code == 200
 
 

@@ -88,6 +88,7 @@ def point_app_at(*, url: str, queue: str) -> None:
     from agp_project.celery import app
 
     app.conf.broker_url = url
+    app.conf.broker_transport = None  # the URL's own (the embedded broker's is named in the settings)
     app.conf.broker_transport_options = {"visibility_timeout": 3600}
     app.conf.task_default_queue = queue
     del app.amqp

@@ -72,9 +72,9 @@ def test_the_run_command_serves_a_fresh_clone_within_60_seconds_and_stops_cleanl
         assert workers, session_processes(serve.pid)
         assert "authentication is off" in output
 
-        # The embedded defaults live in the clone: a SQLite file and a filesystem broker under var/.
+        # The embedded defaults live in the clone: a SQLite database and a SQLite broker file under var/.
         assert (fresh_clone / "var" / "agp.sqlite3").exists()
-        assert (fresh_clone / "var" / "broker").is_dir()
+        assert (fresh_clone / "var" / "broker.sqlite3").exists()
         assert requests.get(f"{url}/readyz", timeout=10).json() == {
             "status": "ready", "checks": {"database": True, "broker": True}}
 
@@ -88,7 +88,7 @@ def test_the_run_command_serves_a_fresh_clone_within_60_seconds_and_stops_cleanl
         assert requests.get(f"{url}/agp/ledger-events/verify", timeout=10).json()["verified"] is True
 
         # A freeze's enforcement goes through the control queue, which the worker consumes
-        # on the filesystem broker too.
+        # on the embedded broker too.
         freeze = requests.post(f"{url}/agp/freezes", json={"target_type": "agent", "target_id": "agent-smoke",
                                                             "reason": "smoke"}, timeout=10)
         assert freeze.status_code == 201, freeze.text

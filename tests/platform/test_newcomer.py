@@ -27,6 +27,7 @@ def test_a_start_with_an_external_venv_leaves_the_checkouts_own_install_stamp_al
     assert (venv / ".agp-install-stamp-deps").exists()
 
 
-def test_the_tests_publish_to_a_broker_folder_of_their_own():
-    folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
-    assert folder.is_dir() and not folder.is_relative_to(ROOT)
+def test_the_tests_publish_to_a_broker_of_their_own():
+    assert settings.CELERY_BROKER_URL.startswith("sqlite:///")
+    assert not Path(settings.CELERY_BROKER_URL.removeprefix("sqlite:///")).is_relative_to(ROOT)
+

@@ -20,23 +20,23 @@ def test_healthz_answers_without_touching_anything(api):
 
 @pytest.mark.django_db
 def test_readyz_is_ready_on_the_embedded_defaults(api, settings):
-    assert settings.CELERY_BROKER_URL.startswith("filesystem://")
+    assert settings.CELERY_BROKER_URL.startswith("sqlite:")
     response = api.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ready", "checks": {"database": True, "broker": True}}
 
 
 @pytest.mark.django_db
-def test_readyz_is_ready_with_a_redis_broker_that_answers(api, settings, redis_url):
-    settings.CELERY_BROKER_URL = redis_url
+def test_readyz_is_ready_with_a_redis_broker_that_answers(api, broker_at, redis_url):
+    broker_at(redis_url)
     response = api.get("/readyz")
     assert response.status_code == 200, response.content
     assert response.json()["checks"] == {"database": True, "broker": True}
 
 
 @pytest.mark.django_db
-def test_readyz_is_503_when_the_broker_does_not_answer(api, settings):
-    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+def test_readyz_is_503_when_the_broker_does_not_answer(api, broker_at):
+    broker_at("redis://127.0.0.1:1/0")
     response = api.get("/readyz")
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
