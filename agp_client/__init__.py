@@ -1,9 +1,9 @@
 """Python client of the AGP agent governance service.
 
 Depends only on ``requests`` (``verify_signature`` and the transparency-log verifiers also
-use ``cryptography`` and ``rfc8785``, imported when first used). See the README section
-"Client library".
+use ``cryptography`` and ``rfc8785``, imported when first used). See docs/client.md.
 """
+
 
 __version__ = "0.1.0"
 

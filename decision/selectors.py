@@ -7,17 +7,16 @@ Each takes model instances or plain ids, so callers need not load rows first.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Case, DecimalField, Exists, F, OuterRef, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, DecimalField, F, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce
 
 from auth_tokens.models import Client
 from registry.choices import ActionClass, RiskLevel
 from registry.models import Task
 
-from .choices import ApprovalVerdict, EscalationOutcome, EscalationStatus, Recommendation
+from .choices import EscalationOutcome, EscalationStatus, Recommendation
 from .models import (
     Approval,
     Backtest,

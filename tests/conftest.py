@@ -1,4 +1,10 @@
-"""Shared fixtures: an API client, tokens, the tests' Redis, and the PostgreSQL guard.
+"""Shared fixtures: an API client, tokens, the tests' Redis, the PostgreSQL guard, and the tiers.
+
+Three tiers (docs/decisions/tests.md): ``unit`` (no database), the default in-process tier
+(Django's test client on a real database), and ``system`` (the test starts a process: a
+server, a worker, Redis, Chromium, git, pytest). A test that starts a process without the
+``system`` mark fails, and so does a ``unit`` test that asks for the database. Tests that use
+a fixture starting a process (``PROCESS_FIXTURES``) are marked ``system`` automatically.
 
 Tests marked ``postgres`` need PostgreSQL (row locks, concurrent transactions). On SQLite
 they are deselected (the header says so), except when ``AGP_REQUIRE_POSTGRES=1`` (set by
@@ -8,7 +14,10 @@ Tests that use Redis get it from ``redis_url`` (tests/redis_server.py) and nowhe
 they are marked ``redis`` automatically.
 """
 
+import contextlib
 import os
+import subprocess
+import sys
 
 import pytest
 from django.db import connection
@@ -16,13 +25,17 @@ from rest_framework.test import APIClient
 from xdist import is_xdist_worker
 
 from auth_tokens.scopes import ALL_SCOPES
+from core.engine.sandbox import CHILD as POLICY_ENGINE_CHILD
 from tests.redis_server import OwnedDatabase, session_redis
 
 AUTH_SECRET = "test-auth-secret-0123456789abcdef0123456789abcdef"
 
 
 OWNED_REDIS = pytest.StashKey[OwnedDatabase]()
-
+# Fixtures that start a process (or need one a session fixture started): their tests are `system`.
+PROCESS_FIXTURES = {"redis_url", "mcp_servers", "live_agp", "run_server", "stack", "agp_url", "browser"}
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences",
+                     "django_db_serialized_rollback"}
 
 
 def pytest_sessionstart(session):
@@ -51,6 +64,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "redis_url" in item.fixturenames:
             item.add_marker(pytest.mark.redis)
+        if PROCESS_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.system)
+    unit_with_database = [item.nodeid for item in items if "unit" in item.keywords
+                          and ("django_db" in item.keywords or DATABASE_FIXTURES & set(item.fixturenames))]
+    if unit_with_database:
+        raise pytest.UsageError("unit tests use no database; these do (move them to the in-process tier):\n"
+                                + "\n".join(unit_with_database))
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
     required = os.environ.get("AGP_REQUIRE_POSTGRES") == "1"
     if on_postgres:
@@ -74,8 +94,46 @@ def pytest_report_header(config):
     return "database: PostgreSQL"
 
 
+@contextlib.contextmanager
+def processes_refused(item):
+    """Within a test that is not ``system``, starting a process fails the test (the policy engine's
+    own sandbox processes excepted: they are part of the service under test)."""
+    if "system" in item.keywords:
+        yield
+        return
+    popen_init = subprocess.Popen.__init__
+
+    def refuse(what):
+        pytest.fail(f"{item.nodeid} starts a process ({what}): mark it `system` (tests/conftest.py)",
+                    pytrace=False)
+
+    def guarded_popen(self, args, *rest, **kwargs):
+        command = [str(part) for part in args] if isinstance(args, list | tuple) else [str(args)]
+        if command[:2] != [sys.executable, str(POLICY_ENGINE_CHILD)]:
+            refuse(" ".join(command)[:200])
+        popen_init(self, args, *rest, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "__init__", guarded_popen)
+        patch.setattr(os, "fork", lambda: refuse("os.fork"))
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with processes_refused(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with processes_refused(item):
+        return (yield)
+
+
 @pytest.fixture
 def _postgres_required():
+
     pytest.fail("AGP_REQUIRE_POSTGRES=1 but the database is not PostgreSQL: set AGP_DATABASE_URL")
 
 

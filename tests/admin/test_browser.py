@@ -26,6 +26,8 @@ from registry.models import Freeze
 
 from .world import make_admin_world
 
+pytestmark = pytest.mark.system
+
 CHROMIUM = os.environ.get("AGP_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("AGP_CHROMEDRIVER", "/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("AGP_TEST_ARTIFACTS") or Path(settings.BASE_DIR) / "test-artifacts")

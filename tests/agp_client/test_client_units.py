@@ -20,6 +20,8 @@ from agp_project.canonical import content_hash
 from agp_project.signing import Signer, verify_resource
 from tests.auth_tokens.routes import discover
 
+pytestmark = pytest.mark.unit
+
 
 def _server_error_classes():
     seen, todo = [], [server_errors.AGPError]

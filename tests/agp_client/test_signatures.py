@@ -76,6 +76,7 @@ def created(api, path: str, body: dict) -> str:
     return response.content.decode()
 
 
+@pytest.mark.system
 def test_a_receipt_verifies_with_agp_client_alone_and_its_why_record_names_what_governed_the_action(api):
     world = make_full_world()
     body = world.envelope_request()
@@ -116,6 +117,7 @@ def test_a_receipt_verifies_with_agp_client_alone_and_its_why_record_names_what_
         assert results[label]["problems"] == [f"receipt {listed['receipt_id']}: {results[label]['problem']}"]
 
 
+@pytest.mark.system
 def test_links_envelopes_assessments_approvals_policy_sets_and_freezes_verify_the_same_way(api):
     principal, orchestrator, agent = "acme", "orchestrator-1", "agent-1"
     root = created(api, "/agp/delegations", {
@@ -186,6 +188,7 @@ def test_links_envelopes_assessments_approvals_policy_sets_and_freezes_verify_th
         f"governance attestation 1 of the envelope: {forged['problem']}"]
 
 
+@pytest.mark.system
 def test_every_signed_record_of_an_evidence_bundle_is_found_and_verified(api):
     action_id = make_executed_action(api)["action_id"]
     response = api.get(f"/agp/action-envelopes/{action_id}/evidence")

@@ -10,6 +10,8 @@ from bench.load import percentiles
 from bench.stack import ensure_port_free, flush_redis
 from tests.redis_server import RedisServer
 
+pytestmark = pytest.mark.unit
+
 
 def _run(latencies, elapsed, statuses, started_at):
     return {"requests": len(latencies), "elapsed": elapsed, "throughput": len(latencies) / elapsed,

@@ -1,6 +1,10 @@
 """bench/transparency.py's own bookkeeping: rounds merged, the table's verdicts (no service involved)."""
 
+import pytest
+
 from bench.transparency import merged, table
+
+pytestmark = pytest.mark.unit
 
 
 def _run(latencies):

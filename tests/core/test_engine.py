@@ -8,6 +8,8 @@ from core import engine
 from core.engine import regorus_engine
 from tests.decision.factories import PAYMENTS, ruleset_hash
 
+pytestmark = pytest.mark.unit
+
 LIMITS = {"auto_approve_max": 100, "hard_max": 1000}
 
 

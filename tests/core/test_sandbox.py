@@ -113,6 +113,8 @@ def test_it_keeps_at_most_the_configured_number_of_engine_processes(settings):
 def test_it_logs_at_most_twenty_lines_a_ruleset_prints_per_evaluation_and_counts_the_rest(caplog):
     printing = """package agp.printing
 import rego.v1
+
+pytestmark = pytest.mark.unit
 allow if { some i in numbers.range(1, 15); print("line", i); false }
 """
     sandbox.pool.close()  # a fresh engine process: compiling (with its warm-up) and evaluating are one request

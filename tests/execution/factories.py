@@ -1,6 +1,6 @@
 """A complete governance world, built with the ORM, in which an action envelope passes all ten checks.
 
-``make_world(action_class="read", risk_level="low", **overrides)`` creates (each with ids unique to
+``make_world(action_class="read", risk_level="low", ...)`` creates (each with ids unique to
 the world, so several worlds coexist in one test):
 
 - ``task`` (open) for ``root_principal`` and ``agent_id``;
@@ -19,12 +19,7 @@ the world, so several worlds coexist in one test):
 ``world.envelope_request(**overrides)`` returns a request body for ``POST /agp/action-envelopes``
 that passes every check (``parameters`` set to an amount within range for transact).
 
-Overrides (all optional): ``tool_id``, ``operation``, ``connector``, ``endpoint_url``,
-``require_approval``, ``impact_assessment`` (True/False; default: when rule 5 applies),
-``recommendation``, ``commerce`` (True/False; default: transact), ``amount_limit``,
-``spend_limit`` (child delegation, Decimal or None), ``root_spend_limit``, ``currency``,
-``allowed_parameter_ranges``, ``parameters`` (the default request parameters), ``approval``
-(True/False; default True), ``executor_client_id`` (the skill's, for ``external``).
+Its keyword arguments are typed and listed in its signature: a misspelt one is a TypeError.
 """
 
 import hashlib
@@ -207,25 +202,33 @@ def _twin(row, id_field: str, prefix: str, **changes):
     return row
 
 
-def make_world(action_class: str = "read", risk_level: str = "low", **overrides) -> World:
-    """Build a complete governance world in which ``world.envelope_request()`` passes every check."""
+def make_world(action_class: str = "read", risk_level: str = "low", *, root_principal: str | None = None,
+               agent_id: str | None = None, tool_id: str = "crm", operation: str = "update", currency: str = "USD",
+               root_spend_limit: Decimal | None = Decimal("1000"), spend_limit: Decimal | None = Decimal("500"),
+               allowed_parameter_ranges: dict | None = None, parameters: dict | None = None,
+               connector: str = "noop", endpoint_url: str = "", executor_client_id: str = "",
+               require_approval: bool = False, impact_assessment: bool | None = None, recommendation: str = "proceed",
+               approval: bool = True, commerce: bool | None = None, amount_limit: Decimal = Decimal("200")) -> World:
+    """Build a complete governance world in which ``world.envelope_request()`` passes every check.
+
+    ``root_principal`` and ``agent_id`` default to fresh names; a spend limit of None leaves the
+    delegation without one; ``impact_assessment`` and ``commerce`` default to what the action
+    class and risk need (rule 5; a transact's session and liability binding).
+    """
     now = timezone.now()
     later = now + timedelta(days=1)
     suffix = new_id("w")[2:].lower()
-    root_principal = overrides.get("root_principal", f"principal-{suffix}")
-    agent_id = overrides.get("agent_id", f"agent-{suffix}")
+    root_principal = root_principal or f"principal-{suffix}"
+    agent_id = agent_id or f"agent-{suffix}"
     orchestrator_id = f"orchestrator-{suffix}"
-    tool_id = overrides.get("tool_id", "crm")
-    operation = overrides.get("operation", "update")
-    currency = overrides.get("currency", "USD")
     transact = action_class == "transact"
 
     task = Task.objects.create(task_id=new_id("task"), root_principal=root_principal, agent_id=agent_id,
                                title="test task", risk_level=risk_level, action_class=action_class,
                                status="open", created_at=now)
 
-    root_spend = overrides.get("root_spend_limit", Decimal("1000"))
-    child_spend = overrides.get("spend_limit", Decimal("500"))
+    root_spend = root_spend_limit
+    child_spend = spend_limit
     root_delegation = make_delegation(
         root_principal=root_principal, delegator=root_principal, delegate=orchestrator_id,
         scope=[f"{tool_id}:*"], spend=(currency, root_spend) if root_spend is not None else None)
@@ -242,17 +245,16 @@ def make_world(action_class: str = "read", risk_level: str = "low", **overrides)
         default_parameters = {"limit": 10}
     capability = Capability.objects.create(
         capability_id=new_id("cap"), agent_id=agent_id, delegation=delegation, tool_id=tool_id,
-        operations=[operation], allowed_parameter_ranges=overrides.get("allowed_parameter_ranges", default_ranges),
+        operations=[operation], allowed_parameter_ranges=default_ranges if allowed_parameter_ranges is None else allowed_parameter_ranges,
         expires_at=later, status="active", created_at=now)
     skill = Skill.objects.create(
         skill_id=new_id("skl"), agent_id=agent_id, name=f"{tool_id} connector", version="1",
-        tool_id=tool_id, connector=overrides.get("connector", "noop"),
-        endpoint_url=overrides.get("endpoint_url", ""), executor_client_id=overrides.get("executor_client_id", ""),
+        tool_id=tool_id, connector=connector,
+        endpoint_url=endpoint_url, executor_client_id=executor_client_id,
         status="active", created_at=now)
 
-    require_approval = bool(overrides.get("require_approval", False))
     policy_set = make_policy_set()
-    parameters = overrides.get("parameters", default_parameters)
+    parameters = default_parameters if parameters is None else parameters
     policy_input = {"task_id": task.task_id, "agent_id": agent_id, "tool_id": tool_id, "operation": operation,
                     "action_class": action_class, "risk_level": risk_level, "require_approval": require_approval,
                     "amount": parameters.get("amount", 0)}
@@ -269,29 +271,29 @@ def make_world(action_class: str = "read", risk_level: str = "low", **overrides)
 
     rule5 = risk_level in RULE5_RISK and action_class in RULE5_CLASSES
     assessment = None
-    if overrides.get("impact_assessment", rule5):
+    if rule5 if impact_assessment is None else impact_assessment:
         assessment = ImpactAssessment.objects.create(
             assessment_id=new_id("ia"), task=task, decision=decision, agent_id=f"assessor-{suffix}",
             time_horizons=[{"horizon": "immediate", "consequences": ["funds move"], "severity": "minor",
                             "reversible": True}],
-            recommendation=overrides.get("recommendation", "proceed"), assessed_at=now, created_at=now)
+            recommendation=recommendation, assessed_at=now, created_at=now)
     # Finalise after the assessment exists (rule 5 ordering); status is FSM-protected.
     Decision.objects.filter(pk=decision.pk).update(status="finalised", finalised_at=now)
     decision.refresh_from_db()
 
-    approval = None
-    if overrides.get("approval", True):
-        approval = Approval.objects.create(
+    approved = None
+    if approval:
+        approved = Approval.objects.create(
             approval_id=new_id("apr"), decision=decision, approver=f"approver-{suffix}", verdict="approved",
             approver_kind="human", approver_client=f"approver-client-{suffix}",
             conditions=["log every call"], expires_at=later, created_at=now)
 
 
     session = binding = None
-    if overrides.get("commerce", transact):
+    if transact if commerce is None else commerce:
         session = CommerceSession.objects.create(
             session_id=new_id("cs"), task=task, agent_id=agent_id, delegation=delegation, merchant="acme",
-            currency=currency, amount_limit=overrides.get("amount_limit", Decimal("200")),
+            currency=currency, amount_limit=amount_limit,
             status="open", expires_at=later, created_at=now)
         binding = LiabilityBinding.objects.create(
             binding_id=new_id("lb"), root_principal=root_principal, agent_id=agent_id,
@@ -301,14 +303,14 @@ def make_world(action_class: str = "read", risk_level: str = "low", **overrides)
     return World(root_principal=root_principal, agent_id=agent_id, orchestrator_id=orchestrator_id,
                  tool_id=tool_id, operation=operation, task=task, root_delegation=root_delegation,
                  delegation=delegation, capability=capability, skill=skill, policy_set=policy_set,
-                 evaluation=evaluation, decision=decision, assessment=assessment, approval=approval,
+                 evaluation=evaluation, decision=decision, assessment=assessment, approval=approved,
                  session=session, binding=binding, parameters=dict(parameters))
 
 
-def make_full_world(**overrides) -> World:
-    """The world where every one of the ten checks has something to check: a critical transact."""
-    overrides.setdefault("require_approval", True)
-    return make_world(action_class="transact", risk_level="critical", **overrides)
+def make_full_world(*, require_approval: bool = True, **options) -> World:
+    """The world where every one of the ten checks has something to check: a critical transact
+    (``options`` as for ``make_world``)."""
+    return make_world(action_class="transact", risk_level="critical", require_approval=require_approval, **options)
 
 
 def make_noise(world: World, n: int) -> None:
@@ -373,7 +375,7 @@ def make_noise(world: World, n: int) -> None:
                         created_at=now) for i in range(n)])
 
 
-def make_mcp_world(endpoint_url: str, *, operation: str = "lookup_customer", **overrides) -> World:
+def make_mcp_world(endpoint_url: str, *, operation: str = "lookup_customer", **options) -> World:
     """``make_world`` whose agent executes ``tool_id`` on the MCP server at ``endpoint_url``.
 
     The mcp skill is registered through the registry service, so its tools are really
@@ -382,7 +384,7 @@ def make_mcp_world(endpoint_url: str, *, operation: str = "lookup_customer", **o
     """
     from registry.services import skill_create
 
-    world = make_world(operation=operation, **overrides)
+    world = make_world(operation=operation, **options)
     world.skill = skill_create(actor="test", agent_id=world.agent_id, name=f"{world.tool_id} over MCP", version="2",
                                tool_id=world.tool_id, connector="mcp", endpoint_url=endpoint_url,
                                supersedes=world.skill.skill_id)

@@ -11,11 +11,14 @@ import sys
 from pathlib import Path
 
 import jwt
+import pytest
 from django.conf import settings as django_settings
 
 from execution.callbacks import callback_signature_verify
 from tests.auth_tokens.helpers import assert_unauthenticated
 from tests.conftest import AUTH_SECRET
+
+pytestmark = pytest.mark.system  # each test runs manage.py
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

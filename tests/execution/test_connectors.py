@@ -8,6 +8,8 @@ from agp_project.canonical import bytes_hash
 from execution.connectors import Call, ExecutionFailed, connector_for
 from tests.execution.receiver import receiver  # noqa: F401
 
+pytestmark = pytest.mark.unit
+
 ENVELOPE = {"type": "ActionEnvelope", "action_id": "act_1", "signature": {"alg": "EdDSA", "value": "x"}}
 
 

@@ -218,6 +218,7 @@ def tamperings(bundle: dict) -> list[tuple[str, object, str]]:
     ]
 
 
+@pytest.mark.system
 def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api, tmp_path):
     bundle = evidence(api, make_executed_action(api)["action_id"])
     untouched = tmp_path / "evidence.json"
@@ -242,6 +243,7 @@ def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api
             verify_evidence(tampered, kids={get_signer().kid})
 
 
+@pytest.mark.system
 def test_a_bundle_with_exact_numbers_verifies_offline_as_downloaded(api, tmp_path):
     # A number no binary double holds, signed exactly (docs/decisions/exact-json.md): the
     # capability's bound on the amount. The file as the service sent it must verify with the
@@ -289,6 +291,7 @@ def test_a_client_event_that_names_an_action_in_its_payload_stays_out_of_its_tra
     assert verify_evidence(bundle, jwks=service_keys())["action_id"] == action_id
 
 
+@pytest.mark.system
 def test_a_bundle_file_naming_a_member_twice_is_refused(api, tmp_path):
     # One reader would take the first "action_id", another the last: the file says two things.
     action_id = make_executed_action(api)["action_id"]
@@ -306,6 +309,7 @@ def test_a_bundle_file_naming_a_member_twice_is_refused(api, tmp_path):
         numbers.loads(doubled.read_text())
 
 
+@pytest.mark.system
 def test_verify_evidence_checks_against_a_trusted_jwks_when_given(api, tmp_path):
     bundle = evidence(api, make_executed_action(api)["action_id"])
     path, right, wrong = tmp_path / "evidence.json", tmp_path / "service.json", tmp_path / "other.json"
@@ -322,6 +326,7 @@ def test_verify_evidence_checks_against_a_trusted_jwks_when_given(api, tmp_path)
     assert unreadable.returncode == 2 and "cannot read the evidence bundle" in unreadable.stderr
 
 
+@pytest.mark.system
 def test_the_verifier_imports_nothing_of_the_service():
     probe = ("import sys, agp_client.__main__, agp_client.transparency; "
              "print(sorted({m.split('.')[0] for m in sys.modules} & "
@@ -330,6 +335,7 @@ def test_the_verifier_imports_nothing_of_the_service():
     assert done.stdout.strip() == "[]", done.stderr
 
 
+@pytest.mark.system
 def test_verify_evidence_trusts_only_the_keys_it_is_told_to(api, tmp_path):
     # A bundle re-signed by a key put beside the service's in its own JWKS: every signature is
     # the other key's, so only a verifier that trusts the bundle's keys would pass it.
@@ -354,6 +360,7 @@ def test_verify_evidence_trusts_only_the_keys_it_is_told_to(api, tmp_path):
         verify_evidence(bundle)
 
 
+@pytest.mark.system
 def test_verify_evidence_can_trust_the_keys_the_service_publishes(transactional_db, api, live_server, tmp_path):
     from core.models import LedgerHead
 

@@ -16,7 +16,7 @@ from tests.agp_client.server import LiveServer, database_url
 from tests.execution.worker import module_worker, test_broker  # noqa: F401 - fixtures
 from tests.mcp_server import McpServerProcess, free_port
 
-pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("live_db")]
+pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.usefixtures("live_db")]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "mcp"

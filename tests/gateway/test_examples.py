@@ -17,7 +17,7 @@ from tests.execution.test_mcp_example import ExampleServer
 from tests.execution.worker import module_worker, test_broker  # noqa: F401 - fixtures
 from tests.mcp_server import free_port
 
-pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("live_db")]
+pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.usefixtures("live_db")]
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "admin:change-me-0123456789"

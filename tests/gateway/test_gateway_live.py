@@ -19,7 +19,7 @@ from agp_client import AGPClient, verify_signature
 from tests.agp_client.server import LiveServer, database_url
 from tests.mcp_server import McpServerProcess, free_port
 
-pytestmark = pytest.mark.usefixtures("live_db")
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("live_db")]
 
 OPERATOR, OPERATOR_SECRET = "operator", "operator-secret-0123456789"
 RULESET = """package crm.gateway

@@ -2,9 +2,12 @@
 
 import threading
 
+import pytest
 from kombu import Connection
 
 from agp_project.broker import Transport
+
+pytestmark = pytest.mark.unit
 
 MESSAGES = 300
 

@@ -1,11 +1,14 @@
 """agp_project.canonical: every JSON value, through the fast path for the common subset or not, gives
 exactly the RFC 8785 bytes (the rfc8785 library is the reference)."""
 
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agp_project.canonical import canonical_json
+
+pytestmark = pytest.mark.unit
 
 LIMIT = 2**53 - 1
 

@@ -15,6 +15,8 @@ import requests
 
 from tests.platform.conftest import ROOT, clean_env, free_port
 
+pytestmark = pytest.mark.system
+
 
 def session_processes(sid: int) -> dict[int, str]:
     """Every live process in session ``sid``: pid to command line."""

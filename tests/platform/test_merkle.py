@@ -8,6 +8,8 @@ import agp_client.merkle
 from core import merkle
 from tests import rfc9162
 
+pytestmark = pytest.mark.unit
+
 SIZES = range(1, 65)
 
 

@@ -17,6 +17,8 @@ from cryptography.x509.oid import NameOID
 from agp_project.net import GuardedURL, UnsafeURL, address_refusal, guarded_session, http_post, url_guard
 from tests.execution.receiver import receiver  # noqa: F401
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def private_urls_refused(settings):

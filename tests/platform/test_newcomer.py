@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from tests.platform.conftest import ROOT, clean_env
+
+pytestmark = pytest.mark.system
 
 
 def test_a_start_with_an_external_venv_leaves_the_checkouts_own_install_stamp_alone(tmp_path):

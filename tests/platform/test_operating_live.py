@@ -46,7 +46,7 @@ from tests.execution.worker import (  # noqa: F401
 
 from .metrics_text import samples, value
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.system, pytest.mark.postgres]
 
 METRICS_TOKEN = "scrape-token-for-the-live-test"
 

@@ -16,6 +16,8 @@ import pytest
 
 from tests.platform.conftest import ROOT, clean_env, free_port
 
+pytestmark = pytest.mark.system
+
 README = (ROOT / "README.md").read_text()
 DOCUMENTED_URL = "http://127.0.0.1:8000"
 
@@ -86,9 +88,9 @@ def quick_start(tmp_path_factory):
     served.stop()
 
 
-def run_example(section_title: str, served: Served, tmp_path: Path) -> list[str]:
-    """The section's first Python block, run as a script against ``served``; its output lines."""
-    example = code_blocks(section(section_title), "python")[0]
+def run_example(text: str, served: Served, tmp_path: Path) -> list[str]:
+    """The first Python block of ``text``, run as a script against ``served``; its output lines."""
+    example = code_blocks(text, "python")[0]
     assert DOCUMENTED_URL in example
     script = tmp_path / "example.py"
     script.write_text(example.replace(DOCUMENTED_URL, served.url))
@@ -110,7 +112,7 @@ def authenticated(tmp_path_factory):
 
 def test_the_first_governed_action_is_six_records_and_one_call_against_the_authenticated_server(
         authenticated, tmp_path):
-    lines = run_example("Your first governed action", authenticated, tmp_path)
+    lines = run_example(section("Your first governed action"), authenticated, tmp_path)
 
     assert lines[:2] == ["succeeded", "policy"]
     trail = [line.split()[1] for line in lines[2:-1]]  # the action's whole trail, newest first
@@ -125,7 +127,7 @@ def test_the_first_governed_action_is_six_records_and_one_call_against_the_authe
 
 
 def test_the_explicit_records_walkthrough_runs_against_the_quick_start_server(quick_start, tmp_path):
-    lines = run_example("Governing with explicit records", quick_start, tmp_path)
+    lines = run_example((ROOT / "docs" / "explicit-records.md").read_text(), quick_start, tmp_path)
 
     assert lines[0] == "succeeded"
     trail = [line.split()[1] for line in lines[1:]]  # the action's whole trail, newest first

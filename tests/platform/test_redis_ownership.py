@@ -15,6 +15,8 @@ from django.conf import settings
 from tests.platform.conftest import ROOT
 from tests.redis_server import RedisServer
 
+pytestmark = pytest.mark.system
+
 OWNED = 3
 # Left out of the sub-run: they use Redis only as the broker of the servers and workers they
 # start, the way tests/execution/test_worker.py and test_worker_recovery.py (a killed worker's

@@ -10,6 +10,8 @@ import pytest
 import agp_client.merkle
 from core import merkle
 
+pytestmark = pytest.mark.unit
+
 LEAVES = [bytes.fromhex(h) for h in ("", "00", "10", "2021", "3031", "40414243", "5051525354555657",
                                      "606162636465666768696a6b6c6d6e6f")]
 ROOTS = [bytes.fromhex(h) for h in (  # by tree size, 1 to 8

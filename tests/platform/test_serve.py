@@ -12,6 +12,8 @@ import pytest
 from tests.platform.conftest import ROOT, clean_env, free_port
 from tests.platform.test_fresh_clone import session_processes
 
+pytestmark = pytest.mark.system
+
 
 class Impostor(BaseHTTPRequestHandler):
     """Another service that happens to answer /healthz like AGP does."""

@@ -12,6 +12,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from agp_project.canonical import content_hash
 from agp_project.signing import get_signer, sign_resource, verify_resource
 
+pytestmark = pytest.mark.unit
+
 RESOURCE = {"type": "Receipt", "receipt_id": "rct_1", "status": "succeeded", "amount": 12.5,
             "items": [{"name": "caf\u00e9", "n": 1}], "completed_at": "2026-11-21T19:31:24.000000Z"}
 

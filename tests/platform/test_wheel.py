@@ -4,15 +4,17 @@ virtualenv, away from the checkout, each app and the client library import from 
 import json
 import os
 import shutil
-
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from tests.platform.conftest import ROOT
+
+pytestmark = pytest.mark.system
 
 APPS = [app for app in settings.INSTALLED_APPS if (ROOT / app).is_dir()]
 PACKAGES = [*APPS, "agp_project", "agp_client"]

@@ -2,6 +2,8 @@ import pytest
 
 from registry.scopes import is_valid_scope, scope_covers, tool_scope
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(("granted", "requested", "covered"), [
     (["payments:refund"], ["payments:refund"], True),

@@ -8,6 +8,8 @@ import rfc8785
 from agp_project.mcp_client import MCPFailure, tool_definition, tool_definition_hash
 from registry.tool_pins import mcp_pins_problem, tool_pins_from_listing
 
+pytestmark = pytest.mark.unit
+
 LOOKUP = {"name": "lookup", "description": "Look a customer up.",
           "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}
 REFUND = {"name": "refund", "inputSchema": {"type": "object"}}

@@ -429,6 +429,7 @@ def _check_with(env: dict[str, str]) -> subprocess.CompletedProcess:
                                             **env})
 
 
+@pytest.mark.system
 def test_production_settings_refuse_to_start_without_a_base_url_or_allowed_hosts(tmp_path):
     var = {"AGP_VAR_DIR": str(tmp_path)}
     refused = _check_with(var)

@@ -33,6 +33,8 @@ from tests.conftest import AUTH_SECRET
 from tests.execution.factories import make_full_world
 from tests.execution.worker import submit_async, test_broker  # noqa: F401
 
+pytestmark = pytest.mark.system
+
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 MAX_EXAMPLES = int(os.environ.get("AGP_FUZZ_MAX_EXAMPLES", "10"))
 SEED = os.environ.get("AGP_FUZZ_SEED", "20261121")

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 
 from auth_tokens.services import client_set_active
 
-from ._common import cli_actor, domain_errors_as_command_errors
+from auth_tokens.management.cli import cli_actor, domain_errors_as_command_errors
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand
 
 from auth_tokens.services import client_rotate_secret
 
-from ._common import cli_actor, domain_errors_as_command_errors
+from auth_tokens.management.cli import cli_actor, domain_errors_as_command_errors
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 
 from auth_tokens.services import client_update
 
-from ._common import SCOPES_HELP, cli_actor, domain_errors_as_command_errors, scopes_from_args
+from auth_tokens.management.cli import SCOPES_HELP, cli_actor, domain_errors_as_command_errors, scopes_from_args
 
 
 class Command(BaseCommand):
