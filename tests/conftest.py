@@ -94,8 +94,22 @@ def pytest_report_header(config):
     return "database: PostgreSQL"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--update-query-counts", action="store_true",
+                     help="record the query counts this run measures in tests/query_counts.json")
+
+
+@pytest.fixture
+def query_counts(request):
+    """Query counts pinned to tests/query_counts.json (tests/query_counts.py)."""
+    from tests.query_counts import QueryCounts
+
+    return QueryCounts(update=request.config.getoption("--update-query-counts"))
+
+
 @contextlib.contextmanager
 def processes_refused(item):
+
     """Within a test that is not ``system``, starting a process fails the test (the policy engine's
     own sandbox processes excepted: they are part of the service under test)."""
     if "system" in item.keywords:

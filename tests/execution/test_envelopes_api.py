@@ -203,8 +203,8 @@ def test_it_refuses_a_duplicate_before_any_check_and_records_nothing_for_it(api)
     assert ActionEnvelope.objects.filter(action_id=body["action_id"]).count() == 1
 
 
-def test_a_validation_reads_the_checks_state_and_writes_only_its_event(api, django_assert_num_queries):
-    from tests.execution.test_checks import READ_QUERIES
+def test_a_validation_reads_the_checks_state_and_writes_only_its_event(api, django_assert_num_queries, query_counts):
+    from tests.execution.test_checks import READ
 
     world = make_world()
     body = world.envelope_request()
@@ -212,7 +212,7 @@ def test_a_validation_reads_the_checks_state_and_writes_only_its_event(api, djan
     # envelope.validated event, in the test's transaction: one statement on PostgreSQL,
     # three elsewhere.
     appended = 1 if connection.vendor == "postgresql" else 3
-    with django_assert_num_queries(READ_QUERIES + 1 + appended):
+    with django_assert_num_queries(query_counts.expected(READ) + 1 + appended):
         response = api.post(URL, body, format="json")
     assert response.status_code == 200, response.content
     assert [e.event_type for e in LedgerEvent.objects.filter(resource_id=body["action_id"])] == [

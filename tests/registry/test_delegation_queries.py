@@ -74,23 +74,24 @@ def test_it_checks_a_chain_in_one_query_whatever_its_depth():
 # only), the candidates, the lock on their tree's root, their chains read once under it, the
 # revoked-agent check, the row and its path, the ledger event (one statement on PostgreSQL,
 # three on SQLite); and the savepoint pair of the service's atomic block, nested in the test's.
-ONE_TREE_STATEMENTS = {"postgresql": 11, "sqlite": 12}
+ONE_TREE = "delegation link in one tree"  # tests/query_counts.json
 
 
-def test_it_creates_a_link_in_a_fixed_number_of_statements_whatever_the_depth(django_assert_num_queries):
+def test_it_creates_a_link_in_a_fixed_number_of_statements_whatever_the_depth(query_counts):
     for depth in (2, 12):
         parent = f.chain(depth)[-1]
-        with django_assert_num_queries(ONE_TREE_STATEMENTS[connection.vendor]):
+        with query_counts.pinned(ONE_TREE):
             child = f.child_delegation(parent)
         assert child.depth == depth and child.chain_pks == [*parent.chain_pks, child.pk]
 
 
-def test_it_reads_the_chain_once_more_when_the_candidates_span_several_trees(django_assert_num_queries):
+def test_it_reads_the_chain_once_more_when_the_candidates_span_several_trees(django_assert_num_queries,
+                                                                           query_counts):
     """The parent is chosen first, then only its tree is locked and its chain read again
     under the lock: one statement more (tests/registry/test_tree_locks.py shows the other
     tree stays free)."""
     older = f.root_delegation(principal=PRINCIPAL, delegate="agent-two-trees", scope=["crm:*"])
     newer = f.root_delegation(principal=PRINCIPAL, delegate="agent-two-trees", scope=["crm:*"])
-    with django_assert_num_queries(ONE_TREE_STATEMENTS[connection.vendor] + 1):
+    with django_assert_num_queries(query_counts.expected(ONE_TREE) + 1):
         child = f.child_delegation(newer, scope=["crm:read"])
     assert child.parent_id == newer.delegation_id and older.root_pk != newer.root_pk
