@@ -10,8 +10,6 @@ from bench.load import percentiles
 from bench.stack import ensure_port_free, flush_redis
 from tests.redis_server import RedisServer
 
-pytestmark = pytest.mark.unit
-
 
 def _run(latencies, elapsed, statuses, started_at):
     return {"requests": len(latencies), "elapsed": elapsed, "throughput": len(latencies) / elapsed,
@@ -19,6 +17,7 @@ def _run(latencies, elapsed, statuses, started_at):
             "started_at": started_at, "latencies": sorted(latencies)}
 
 
+@pytest.mark.unit
 def test_rounds_combine_into_one_run_over_every_request_and_every_second():
     first = _run([float(ms) for ms in range(1, 101)], elapsed=2.0, statuses={"200": 100}, started_at=10.0)
     second = _run([float(ms) for ms in range(101, 201)], elapsed=0.5, statuses={"200": 99, "503": 1},
@@ -37,10 +36,12 @@ def test_rounds_combine_into_one_run_over_every_request_and_every_second():
     assert "latencies" not in run
 
 
+@pytest.mark.unit
 def test_percentiles_of_one_latency_are_that_latency():
     assert percentiles([3.5]) == {"p50": 3.5, "p95": 3.5, "p99": 3.5}
 
 
+@pytest.mark.unit
 def test_a_port_something_listens_on_stops_the_benchmark():
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -59,6 +60,7 @@ def own_redis(tmp_path):
     server.stop()
 
 
+@pytest.mark.system  # a redis-server of its own
 def test_a_redis_database_another_client_uses_stops_the_benchmark_and_is_left_as_it_was(own_redis):
     # A Celery worker left from another run would take the scenarios' messages.
     url = own_redis.url(0)
@@ -75,6 +77,7 @@ def test_a_redis_database_another_client_uses_stops_the_benchmark_and_is_left_as
         assert after.dbsize() == 0
 
 
+@pytest.mark.unit
 def test_the_gateways_budget_is_what_it_adds_to_a_direct_call_in_units_of_the_baseline():
     from bench.report import budgets
 

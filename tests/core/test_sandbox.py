@@ -87,7 +87,7 @@ def test_other_threads_run_while_a_ruleset_is_stopped(settings):
     thread.join()
 
     assert results[0].allow is False
-    assert ticks > 500  # about one a millisecond for 1.5 s; stalled, it would be a handful
+    assert ticks > 100  # about one a millisecond for 1.5 s (fewer on a loaded machine); stalled, a handful
 
 
 def test_it_keeps_at_most_the_configured_number_of_engine_processes(settings):
