@@ -144,16 +144,21 @@ def _claims(obj: jws.CompactSignature) -> dict[str, Any]:
     return claims
 
 
-def statement_verify(*, value: Any, jwks: dict[str, Any] | None, payload: bytes) -> str:
+def statement_verify(*, value: Any, jwks: dict[str, Any] | None, payload: bytes,
+                     embedded: bool = False) -> dict[str, Any]:
     """Verify a compact JWS by one of ``jwks``'s keys whose payload is exactly ``payload``
-    (embedded, or detached: an empty payload segment). Returns the key's kid."""
+    (embedded, or detached: an empty payload segment, unless ``embedded`` is asked for).
+    Returns the public JWK that verified it."""
     obj = _extract(value)
+    if embedded and not obj.payload:
+        raise PossessionError("it must carry what it signs (a detached payload cannot be checked later)")
     if obj.payload and obj.payload != payload:
         raise PossessionError("its payload is not the canonical JSON of what it signs")
     if not obj.payload:
         obj = _extract(value, detached=payload)  # RFC 7515 Appendix F: detached content
-    header = _verify(obj, _client_key(jwks, obj.headers().get("kid")))
-    return header["kid"]
+    kid = obj.headers().get("kid")
+    _verify(obj, _client_key(jwks, kid))
+    return next(dict(data) for data in jwks["keys"] if data.get("kid") == kid)
 
 
 # --- single use -------------------------------------------------------------------------------------------

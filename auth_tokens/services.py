@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Any
 from datetime import timedelta
 
 from django.conf import settings
@@ -24,6 +25,7 @@ from rest_framework_simplejwt.backends import TokenBackend
 from rest_framework_simplejwt.tokens import AccessToken
 
 from agp_project import errors
+from agp_project.canonical import canonical_json
 from agp_project.ids import is_valid_id
 from core.ledger import ledger_append
 
@@ -458,3 +460,25 @@ def _token_claims(raw: str) -> dict:
             or not isinstance(generation, int) or isinstance(generation, bool):
         raise errors.Unauthenticated("Invalid token: malformed claims.")
     return claims
+
+
+def client_has_keys(client_id: str) -> bool:
+    """Whether the client registered public keys (``jwks``)."""
+    row = Client.objects.filter(client_id=client_id).values("jwks").first()
+    return bool(row and (row["jwks"] or {}).get("keys"))
+
+
+def client_statement_verify(*, client_id: str, field: str, value: Any, statement: dict,
+                            embedded: bool = False) -> dict:
+    """The public key (a JWK) of ``client_id`` that signed ``statement``: ``value`` must be a
+    compact JWS by one of its keys over the RFC 8785 canonical JSON of ``statement``
+    (docs/reference/identity.md, "Keys"). A 400 naming ``field`` otherwise."""
+    row = Client.objects.filter(client_id=client_id).values("jwks").first()
+    jwks = (row or {}).get("jwks") or {}
+    if not jwks.get("keys"):
+        raise errors.invalid_fields({field: ["This client has no keys (jwks) to verify it with."]})
+    try:
+        return possession.statement_verify(value=value, jwks=jwks, payload=canonical_json(statement),
+                                           embedded=embedded)
+    except possession.PossessionError as exc:
+        raise errors.invalid_fields({field: [f"Does not verify: {exc}."]}) from None
