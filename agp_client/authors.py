@@ -83,7 +83,7 @@ def delegator_signatures_problem(links: list[dict[str, Any]], authors: dict[str,
                                f"delegator {link.get('delegator_agent')!r}")
             try:
                 statement = json.loads(_embedded_payload(signed))
-            except ValueError:
+            except (ValueError, RecursionError):
                 return label, "the delegator's signature holds no JSON request"
             if not isinstance(statement, dict) or any(statement.get(name) != link.get(name) for name in LINK_FIELDS) \
                     or statement.get("delegator_agent", link.get("delegator_agent")) != link.get("delegator_agent"):

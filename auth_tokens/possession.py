@@ -68,7 +68,7 @@ def _public_key(data: Any) -> OKPKey | ECKey:
         raise PossessionError(f"a key has members a public {kty} key does not: {', '.join(sorted(extra))}")
     try:
         key = OKPKey.import_key(dict(data)) if kty == "OKP" else ECKey.import_key(dict(data))
-    except (JoseError, ValueError, TypeError) as exc:
+    except (JoseError, ValueError, TypeError, KeyError) as exc:
         raise PossessionError(f"a key does not import: {exc}") from None
     if key.is_private:
         raise PossessionError("a key is private: send only the public key")
@@ -137,7 +137,7 @@ def _verify(obj: jws.CompactSignature, key) -> dict[str, Any]:
 def _claims(obj: jws.CompactSignature) -> dict[str, Any]:
     try:
         claims = json.loads(obj.payload)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nesting deeper than Python's stack
         raise PossessionError("the payload is not JSON") from None
     if not isinstance(claims, dict):
         raise PossessionError("the payload is not a JSON object")

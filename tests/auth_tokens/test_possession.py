@@ -253,3 +253,23 @@ def test_it_refuses_bearer_tokens_once_a_client_requires_dpop(api, keyed, key):
     Client.objects.filter(client_id="svc:keyed").update(require_dpop=True)
     response = call(api, response.json()["access_token"], None, scheme="Bearer")
     assert response.status_code == 401 and "requires DPoP" in response.json()["error"]["message"]
+
+
+def test_it_answers_an_assertion_nested_past_pythons_stack_with_401(api, keyed, key):
+    deep = key.sign({"kid": key.kid}, b"[" * 5000 + b"]" * 5000)
+    assert_invalid_client(token_request(api, assertion_form(deep)), "not JSON")
+
+
+def test_it_replaces_and_removes_keys_and_requires_dpop_over_patch(api, make_token, keyed, key):
+    new = ClientKey.generate("P-256", kid="k2")
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {make_token()}"}
+    response = api.patch("/agp/clients/svc:keyed", {"jwks": new.public_jwks(), "require_dpop": True}, format="json",
+                         **headers)
+    assert response.status_code == 200, response.content
+    assert (response.json()["jwks"], response.json()["require_dpop"]) == (new.public_jwks(), True)
+    assert_invalid_client(token_request(api, assertion_form(key.client_assertion(client_id="svc:keyed",
+                                                                                 token_url=TOKEN_URL))), "kid")
+    assert api.patch("/agp/clients/svc:keyed", {"jwks": {"keys": []}}, format="json", **headers).status_code == 200
+    assert Client.objects.get(client_id="svc:keyed").jwks == {}
+    bad = api.patch("/agp/clients/svc:keyed", {"jwks": {"keys": [new.private_jwk()]}}, format="json", **headers)
+    assert bad.status_code == 400 and "private" in bad.json()["error"]["details"]["fields"]["jwks"][0]
