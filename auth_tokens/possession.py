@@ -50,6 +50,7 @@ class PossessionError(Exception):
 
 
 # --- keys -------------------------------------------------------------------------------------------------
+_KEY_ALGORITHMS = {"OKP": ("EdDSA", "Ed25519"), "EC": ("ES256",)}
 _PUBLIC_MEMBERS = {"OKP": {"kty", "crv", "x", "kid", "use", "alg"},
                    "EC": {"kty", "crv", "x", "y", "kid", "use", "alg"}}
 
@@ -66,6 +67,10 @@ def _public_key(data: Any) -> OKPKey | ECKey:
         raise PossessionError("a key holds a private member ('d'): send only the public key")
     if extra:
         raise PossessionError(f"a key has members a public {kty} key does not: {', '.join(sorted(extra))}")
+    if "alg" in data and data["alg"] not in _KEY_ALGORITHMS[kty]:
+        raise PossessionError(f"a {kty} key's alg must be one of {', '.join(_KEY_ALGORITHMS[kty])}")
+    if data.get("use", "sig") != "sig":
+        raise PossessionError("a key's use must be sig")
     try:
         key = OKPKey.import_key(dict(data)) if kty == "OKP" else ECKey.import_key(dict(data))
     except (JoseError, ValueError, TypeError, KeyError) as exc:

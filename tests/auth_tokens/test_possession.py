@@ -86,6 +86,10 @@ def test_it_registers_public_keys_over_the_api(api, make_token, key):
     ({"keys": [{"kty": "oct", "k": "c2VjcmV0", "kid": "h"}]}, "OKP Ed25519 or EC P-256"),
     ("not a set", "JWK Set"),
     ({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": "AAAA"}]}, "does not import"),
+    ({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo", "kid": "a",
+                "alg": "HS256"}]}, "alg must be"),
+    ({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo", "kid": "a",
+                "use": "enc"}]}, "use must be sig"),
 ])
 def test_it_refuses_keys_it_cannot_use(api, make_token, key, jwks, words):
     response = api.post("/agp/clients", {"kind": "operator", "jwks": jwks}, format="json",
