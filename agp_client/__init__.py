@@ -1,7 +1,9 @@
 """Python client of the AGP agent governance service.
 
 Depends only on ``requests`` (``verify_signature`` and the transparency-log verifiers also
-use ``cryptography`` and ``rfc8785``, imported when first used). See docs/client.md.
+use ``cryptography`` and ``rfc8785``; a client's own key (``agp_client.keys``) and the
+checks of authors' signatures (``agp_client.authors``) use ``joserfc``; each imported when
+first used). See docs/client.md.
 """
 
 

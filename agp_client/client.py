@@ -13,10 +13,13 @@ import requests
 
 from . import __version__, numbers
 from .errors import SignatureError
+from .keys import ClientKey
 from .resources import (
     ActionEnvelopes,
+    Approvals,
     Clients,
     Decisions,
+    Delegations,
     Escalations,
     Freezes,
     LedgerEvents,
@@ -43,6 +46,11 @@ class AGPClient:
     the same on each retry, so a retried write is executed once. Errors raise the typed
     exceptions of ``agp_client.errors``.
 
+    With ``private_key`` (an ``agp_client.keys.ClientKey`` or a private JWK) instead of a
+    secret it authenticates with RFC 7523 client assertions; its tokens are bound to the key
+    (DPoP, RFC 9449) when ``dpop=True`` or when the server issues the client no other kind;
+    and ``delegations.create`` and ``approvals.create`` sign what they send with it.
+
     With ``verify_signatures=True`` every signed record in every response (envelopes and
     their attestations, receipts, delegation links, policy sets, impact assessments,
     approvals, freezes, checkpoints, evidence bundles; each item of a page) is verified
@@ -58,9 +66,17 @@ class AGPClient:
     def __init__(self, base_url: str, client_id: str | None = None, client_secret: str | None = None, *,
                  timeout: float = 10.0, max_retries: int = 4, backoff: float = 0.5, max_backoff: float = 30.0,
                  scope: str | None = None, token_refresh_skew: float = 30.0, user_agent: str | None = None,
-                 checkpoint_file: str | os.PathLike | None = None, verify_signatures: bool = False):
-        if (client_id is None) != (client_secret is None):
-            raise ValueError("Give both client_id and client_secret, or neither.")
+                 checkpoint_file: str | os.PathLike | None = None, verify_signatures: bool = False,
+                 private_key: ClientKey | dict[str, Any] | None = None, dpop: bool | None = None):
+        if client_id is None and (client_secret is not None or private_key is not None):
+            raise ValueError("Give client_id with client_secret or private_key.")
+        if client_id is not None and client_secret is None and private_key is None:
+            raise ValueError("Give client_id with client_secret or private_key, or neither.")
+        if dpop and private_key is None:
+            raise ValueError("DPoP needs the private_key whose possession it proves.")
+        # The client's own key (docs/reference/identity.md, "Keys"): authenticates it without a
+        # secret (private_key_jwt), binds its tokens (DPoP) and signs its delegations and approvals.
+        self.private_key = ClientKey.from_jwk(private_key) if isinstance(private_key, dict) else private_key
         self.base_url = base_url.rstrip("/")
         self._transport = Transport(
             timeout=timeout, retry=RetryPolicy(max_retries=max_retries, backoff=backoff, max_backoff=max_backoff),
@@ -68,7 +84,7 @@ class AGPClient:
         self.auth: TokenManager | None = None
         if client_id is not None:
             self.auth = TokenManager(self._transport, f"{self.base_url}/oauth/token", client_id, client_secret,
-                                     scope=scope, refresh_skew=token_refresh_skew)
+                                     scope=scope, refresh_skew=token_refresh_skew, key=self.private_key, dpop=dpop)
         self._jwks: dict[str, Any] | None = None
         self._jwks_lock = threading.Lock()
         self.verify_signatures = verify_signatures
@@ -78,7 +94,7 @@ class AGPClient:
 
         # Registry API
         self.clients = Clients(self, "clients")
-        self.delegations = Resource(self, "delegations")
+        self.delegations = Delegations(self, "delegations")
 
         self.policy_sets = PolicySets(self, "policy-sets")
         self.tasks = Tasks(self, "tasks")
@@ -92,7 +108,7 @@ class AGPClient:
         self.evidence_bundles = Resource(self, "evidence-bundles")
         self.decisions = Decisions(self, "decisions")
         self.policy_evaluations = Resource(self, "policy-evaluations")
-        self.approvals = Resource(self, "approvals")
+        self.approvals = Approvals(self, "approvals")
         self.escalations = Escalations(self, "escalations")
         self.commerce_sessions = Resource(self, "commerce-sessions")
         self.impact_assessments = Resource(self, "impact-assessments")
@@ -155,7 +171,7 @@ class AGPClient:
         def build() -> dict[str, Any]:
             attempt_headers = dict(base_headers)
             if use_token:
-                attempt_headers["Authorization"] = f"Bearer {self.auth.token()}"
+                attempt_headers.update(self.auth.headers(method, f"{self.base_url}{path}"))
             kwargs: dict[str, Any] = {"headers": attempt_headers, "params": params}
             if json is not None or method in WRITE_METHODS:
                 # Written here, not by requests' json=: a Decimal amount goes out exactly.
@@ -165,7 +181,7 @@ class AGPClient:
 
         def on_unauthorized(sent: dict[str, Any]) -> bool:
             # The cached token may have expired early or been revoked: fetch a new one, once.
-            sent_token = sent["headers"]["Authorization"].removeprefix("Bearer ")
+            sent_token = sent["headers"]["Authorization"].partition(" ")[2]
             self.auth.invalidate(sent_token)
             return True
 

@@ -6,9 +6,10 @@
         receipt = result.meta["agp/receipt"]
 
 It is the official SDK's client (the ``mcp`` package, imported when first used) over
-streamable HTTP to ``<base_url>/mcp``; every request carries a current bearer token from the
-``AGPClient``'s token cache (a 401 fetches a new one, once), and the task (and commerce
-session) as the ``AGP-Task-Id`` (``AGP-Commerce-Session``) header.
+streamable HTTP to ``<base_url>/mcp``; every request carries a current token from the
+``AGPClient``'s token cache (a 401 fetches a new one, once), with a fresh DPoP proof when the
+token is bound to the client's key, and the task (and commerce session) as the
+``AGP-Task-Id`` (``AGP-Commerce-Session``) header.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ async def gateway_session(agp: AGPClient, *, task_id: str | None = None, commerc
             if agp.auth is None:  # the service is open
                 yield request
                 return
-            token = agp.auth.token()
-            request.headers["Authorization"] = f"Bearer {token}"
+            # Bearer, or a DPoP-bound token with a fresh proof for this request.
+            request.headers.update(agp.auth.headers(request.method, str(request.url)))
             response = yield request
             if response.status_code == 401:
-                agp.auth.invalidate(token)
-                request.headers["Authorization"] = f"Bearer {agp.auth.token()}"
+                agp.auth.invalidate(request.headers["Authorization"].partition(" ")[2])
+                request.headers.update(agp.auth.headers(request.method, str(request.url)))
                 yield request
 
     headers = {}

@@ -82,6 +82,36 @@ class Resource(ReadOnlyResource):
                                     idempotency_key=idempotency_key).data
 
 
+class Delegations(Resource):
+    def create(self, *, idempotency_key: str | None = None, sign: bool | None = None,
+               **fields: Any) -> dict[str, Any]:
+        """``POST /agp/delegations``. With the client's ``private_key`` (unless ``sign=False``) the
+        request carries ``delegator_signature``: the key's JWS over the request's canonical JSON,
+        which the service appends to the link's ``signature_chain``."""
+        key = self._client.private_key
+        if key is not None and sign is not False and "delegator_signature" not in fields:
+            fields["delegator_signature"] = key.sign_statement(fields)
+        return super().create(idempotency_key=idempotency_key, **fields)
+
+
+class Approvals(Resource):
+    def create(self, *, idempotency_key: str | None = None, sign: bool | None = None,
+               **fields: Any) -> dict[str, Any]:
+        """``POST /agp/approvals``. With the client's ``private_key`` (unless ``sign=False``) the
+        approval carries ``approver_signature``: the key's JWS over ``{"decision_id",
+        "action_hash", "verdict"}``, the action hash read from the decision's policy evaluation."""
+        key = self._client.private_key
+        if key is not None and sign is not False and "approver_signature" not in fields:
+            decision = self._client.decisions.get(fields["decision_ref"])
+            evaluation_ref = decision.get("policy_evaluation_ref")
+            action_hash = (self._client.policy_evaluations.get(evaluation_ref).get("action_hash")
+                           if evaluation_ref else None)
+            fields["approver_signature"] = key.sign_statement({
+                "decision_id": fields["decision_ref"], "action_hash": action_hash or None,
+                "verdict": fields.get("verdict")})
+        return super().create(idempotency_key=idempotency_key, **fields)
+
+
 class PolicySets(Resource):
     def update(self, policy_set_id: str, *, idempotency_key: str | None = None, **fields: Any) -> dict[str, Any]:
         """``PATCH /agp/policy-sets/{id}`` (the service accepts only ``status``)."""

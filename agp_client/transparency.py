@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from .authors import approver_signatures_problem, delegator_signatures_problem
 from .merkle import leaf_hash
 from .merkle import verify_consistency as _verify_consistency
 from .merkle import verify_inclusion as _verify_inclusion
@@ -184,8 +185,10 @@ def verify_evidence(bundle: Any, *, jwks: dict[str, Any] | None = None,
     In order: its shape; the checkpoint's signature; every signed record's signature; every
     ledger event's own hashes and its inclusion proof against the checkpoint; that records
     and events are about this one action (the ledger's acceptance event names the bundle's
-    envelope, its receipt event the bundle's receipt); last the service's signature over the
-    whole bundle, which covers the unsigned records (task, decision, ...) too.
+    envelope, its receipt event the bundle's receipt); the delegators' signatures in the
+    delegation chain and the approvers' signatures of approvals, each with its author's keys
+    from ``authors`` (``agp_client.authors``); last the service's signature over the whole
+    bundle, which covers the unsigned records (task, decision, ...) and ``authors`` too.
 
     Which keys to trust is the caller's to say, never the bundle's: ``jwks`` (keys obtained
     and trusted separately, such as the service's ``/.well-known/jwks.json``), or ``kids``:
@@ -241,11 +244,22 @@ def _verify_evidence(bundle: Any, jwks: dict[str, Any]) -> dict[str, Any]:
     problem = _links_problem(bundle)
     if problem:
         raise fail(problem)
+    authors = bundle.get("authors", {})
+    if not isinstance(authors, dict):
+        raise fail("the bundle has no valid 'authors'")
+    records = bundle["records"]
+    found = (delegator_signatures_problem(list(records.get("delegation_chain") or []), authors)
+             or approver_signatures_problem(list(records.get("approvals") or []), records.get("policy_evaluation"), authors))
+    if found:
+        raise fail(f"{found[0]}: {found[1]}")
     problem = signature_problem(bundle, keys)
     if problem:
         raise fail(f"the bundle's own signature: {problem}")
     kids = {record["signature"]["kid"] for _label, record, _link in signed}
     kids |= {checkpoint["signature"]["kid"], bundle["signature"]["kid"]}
-    return {"action_id": bundle["action_id"], "signatures": len(signed) + 2,
+    authored = sum(1 for approval in records.get("approvals") or [] if approval.get("approver_signature")) + sum(
+        max(0, len(link.get("signature_chain") or []) - 1 - len(parent.get("signature_chain") or []))
+        for parent, link in zip([{}, *(records.get("delegation_chain") or [])], records.get("delegation_chain") or []))
+    return {"action_id": bundle["action_id"], "signatures": len(signed) + 2, "author_signatures": authored,
             "ledger_events": len(bundle["ledger_events"]), "tree_size": checkpoint["tree_size"],
             "root_hash": checkpoint["root_hash"], "kids": sorted(kids)}

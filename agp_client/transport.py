@@ -162,12 +162,19 @@ class TokenManager:
     ``fetches`` counts the tokens obtained.
     """
 
-    def __init__(self, transport: Transport, token_url: str, client_id: str, client_secret: str, *,
-                 scope: str | None = None, refresh_skew: float = 30.0):
+    def __init__(self, transport: Transport, token_url: str, client_id: str, client_secret: str | None = None, *,
+                 scope: str | None = None, refresh_skew: float = 30.0, key: Any = None, dpop: bool | None = None):
         self._transport = transport
         self._token_url = token_url
-        # RFC 6749 2.3.1: each part is form-urlencoded before the HTTP Basic encoding.
-        self._basic = (quote_plus(client_id), quote_plus(client_secret))
+        self._client_id = client_id
+        # RFC 6749 2.3.1: each part is form-urlencoded before the HTTP Basic encoding. Without a
+        # secret the client authenticates with ``key`` (an ``agp_client.keys.ClientKey``): RFC 7523.
+        self._basic = (quote_plus(client_id), quote_plus(client_secret)) if client_secret is not None else None
+        self._key = key
+        # DPoP (RFC 9449): True binds every token to ``key``; None does once the server asks
+        # (a client created with require_dpop gets no other token); False never does.
+        self._dpop = dpop
+        self.token_type = "bearer"
         self._scope = scope
         self._refresh_skew = refresh_skew
         self._lock = threading.Lock()
@@ -184,6 +191,18 @@ class TokenManager:
                 self._fetch()
             return self._token
 
+    def headers(self, method: str, url: str) -> dict[str, str]:
+        """The headers that authenticate one request: ``Authorization: Bearer``, or for a token
+        bound to the key, ``Authorization: DPoP`` and a fresh proof for ``method`` and ``url``."""
+        with self._lock:
+            if self._token is None or time.monotonic() >= self._refresh_at:
+                self._fetch()
+            token, token_type = self._token, self.token_type
+        if token_type.lower() == "dpop":
+            return {"Authorization": f"DPoP {token}",
+                    "DPoP": self._key.dpop_proof(method=method, url=url, access_token=token)}
+        return {"Authorization": f"Bearer {token}"}
+
     def invalidate(self, token: str) -> None:
         """Forget ``token`` if it is still the cached one (another thread may have replaced it)."""
         with self._lock:
@@ -191,13 +210,33 @@ class TokenManager:
                 self._token = None
 
     def _fetch(self) -> None:
+        try:
+            self._fetch_once(bound=bool(self._dpop))
+        except AGPError as exc:
+            if exc.code != "invalid_dpop_proof" or self._dpop is not None or self._key is None:
+                raise
+            self._dpop = True  # the client requires DPoP: every token from now on is bound
+            self._fetch_once(bound=True)
+
+    def _attempt(self, data: dict[str, str], bound: bool) -> dict[str, Any]:
+        """One token request's arguments: a fresh assertion and proof each time (each is single-use)."""
+        form, headers = dict(data), {"Accept": "application/json"}
+        kwargs: dict[str, Any] = {"data": form, "headers": headers}
+        if self._basic is not None:
+            kwargs["auth"] = self._basic
+        else:
+            form["client_assertion_type"] = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+            form["client_assertion"] = self._key.client_assertion(client_id=self._client_id, token_url=self._token_url)
+        if bound:
+            headers["DPoP"] = self._key.dpop_proof(method="POST", url=self._token_url)
+        return kwargs
+
+    def _fetch_once(self, *, bound: bool) -> None:
         data = {"grant_type": "client_credentials"}
         if self._scope:
             data["scope"] = self._scope
         started = time.monotonic()
-        response = self._transport.send(
-            "POST", self._token_url, retry=True,
-            build=lambda: {"data": data, "auth": self._basic, "headers": {"Accept": "application/json"}})
+        response = self._transport.send("POST", self._token_url, retry=True, build=lambda: self._attempt(data, bound))
         body = response.data
         if not isinstance(body, dict) or not isinstance(body.get("access_token"), str):
             raise AuthenticationError("The token endpoint answered without an access_token.", status=response.status,
@@ -208,6 +247,7 @@ class TokenManager:
         lifetime = expires_in - 1 if expires_in > 2 else expires_in / 2
         skew = min(self._refresh_skew, lifetime / 4)
         self._token = body["access_token"]
+        self.token_type = str(body.get("token_type") or "bearer")
         self._refresh_at = started + lifetime - skew
         self.granted_scope = body.get("scope")
         self.fetches += 1

@@ -3,6 +3,7 @@
 from rest_framework.authentication import BaseAuthentication
 
 from agp_project import errors
+from agp_project.http.public_url import absolute_url
 
 from .services import ANONYMOUS, ClientPrincipal, auth_enabled, principal_from_token
 
@@ -22,7 +23,9 @@ def _principal(django_request) -> ClientPrincipal | None:
             raise cached
         return cached
     try:
-        principal = principal_from_authorization(django_request.META.get("HTTP_AUTHORIZATION", ""))
+        principal = principal_from_authorization(
+            django_request.META.get("HTTP_AUTHORIZATION", ""), dpop=django_request.META.get("HTTP_DPOP"),
+            method=django_request.method, url=absolute_url(django_request, django_request.path))
     except errors.AGPError as exc:
         setattr(django_request, _CACHE_ATTR, exc)
         raise
@@ -30,15 +33,19 @@ def _principal(django_request) -> ClientPrincipal | None:
     return principal
 
 
-def principal_from_authorization(header: str) -> ClientPrincipal | None:
+def principal_from_authorization(header: str, *, dpop: str | None = None, method: str = "",
+                                 url: str = "") -> ClientPrincipal | None:
     """The principal of an ``Authorization`` header (the API's and the MCP gateway's one check);
-    None when there is none. Raises Unauthenticated for a header or token that is not valid."""
+    None when there is none. Raises Unauthenticated for a header or token that is not valid.
+
+    ``Bearer <token>``, or ``DPoP <token>`` with ``dpop`` the request's DPoP proof for
+    ``method`` and ``url`` (RFC 9449 7.1)."""
     if not header:
         return None
     scheme, _, raw = header.partition(" ")
-    if scheme.lower() != "bearer" or not raw.strip():
-        raise errors.Unauthenticated("The Authorization header must be 'Bearer <token>'.")
-    return principal_from_token(raw.strip())
+    if scheme.lower() not in ("bearer", "dpop") or not raw.strip():
+        raise errors.Unauthenticated("The Authorization header must be 'Bearer <token>' or 'DPoP <token>'.")
+    return principal_from_token(raw.strip(), dpop_proof=dpop, method=method, url=url, scheme=scheme.lower())
 
 
 def client_id_for_request(django_request) -> str | None:

@@ -33,6 +33,10 @@ class Client(models.Model):
     description = models.CharField(max_length=256, blank=True, default="")
     tokens_not_before = models.DateTimeField(null=True, blank=True)
     token_generation = models.PositiveIntegerField(default=0)
+    # Public keys (a JWK Set) for private_key_jwt, DPoP and signed statements; empty: none.
+    jwks = ExactJSONField(default=dict, blank=True)
+    # Only DPoP-bound tokens are issued to it (docs/reference/identity.md, "Keys").
+    require_dpop = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -48,3 +52,14 @@ class Client(models.Model):
 
     def check_secret(self, secret: str) -> bool:
         return check_password(secret, self.secret_hash)
+
+
+class UsedJti(models.Model):
+    """A spent ``jti`` of a client assertion or a DPoP proof, kept until what carried it expires.
+
+    The unique key is what makes a jti single-use across every web process
+    (``auth_tokens.possession.jti_use_once``); ``key`` is the SHA-256 of its namespace and the jti.
+    """
+
+    key = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField(db_index=True)

@@ -24,6 +24,10 @@ class ApiClientSerializer(StrictSerializer):
     scopes = serializers.ListField(child=serializers.ChoiceField(choices=ALL_SCOPES), required=False,
                                    max_length=len(ALL_SCOPES), help_text="Left out: the kind's default scopes.")
     description = serializers.CharField(max_length=256, required=False, allow_blank=True)
+    jwks = serializers.JSONField(required=False, help_text=(
+        "Public keys (a JWK Set of OKP Ed25519 or EC P-256 keys, each with a `kid`) for private_key_jwt, DPoP "
+        "and signed delegations and approvals."))
+    require_dpop = serializers.BooleanField(required=False, help_text="Issue it only DPoP-bound tokens.")
     is_active = serializers.BooleanField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
 
@@ -44,6 +48,8 @@ class ApiClientChangeSerializer(StrictSerializer):
     scopes = serializers.ListField(child=serializers.ChoiceField(choices=ALL_SCOPES), required=False,
                                    max_length=len(ALL_SCOPES))
     description = serializers.CharField(max_length=256, required=False, allow_blank=True)
+    jwks = serializers.JSONField(required=False, help_text="Replaces the client's public keys ({\"keys\": []}: none).")
+    require_dpop = serializers.BooleanField(required=False)
 
     def validate(self, attrs):
         if not attrs:

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Any
 from datetime import timedelta
 
 from django.conf import settings
@@ -24,9 +25,11 @@ from rest_framework_simplejwt.backends import TokenBackend
 from rest_framework_simplejwt.tokens import AccessToken
 
 from agp_project import errors
+from agp_project.canonical import canonical_json
 from agp_project.ids import is_valid_id
 from core.ledger import ledger_append
 
+from . import possession
 from .kinds import DEFAULT_SCOPES, EVERY_TENANT, SCOPE_CEILINGS, ClientKind
 from .models import Client
 from .scopes import ALL_SCOPES
@@ -181,9 +184,13 @@ def client_scopes_for(kind: str, scopes: list[str] | None) -> list[str]:
 @transaction.atomic
 def client_create(*, client_id: str, kind: str, actor: str, scopes: list[str] | None = None, agent_id: str = "",
                   subject: str = "", tenants: list[str] = (), description: str = "",
-                  secret: str | None = None) -> tuple[Client, str]:
-    """Create a client of ``kind`` with its bindings; returns it with its secret, which is shown only this once."""
+                  secret: str | None = None, jwks: dict | None = None,
+                  require_dpop: bool = False) -> tuple[Client, str]:
+    """Create a client of ``kind`` with its bindings; returns it with its secret, which is shown only this once.
+
+    ``jwks``: its public keys; ``require_dpop``: it gets only DPoP-bound tokens."""
     problems = {} if is_valid_id(client_id) else {"client_id": ["Must be 1-128 characters of [A-Za-z0-9._:-]."]}
+    jwks = client_jwks_clean(jwks, problems)
     if kind not in ClientKind.values:
         problems["kind"] = [f"Must be one of {', '.join(ClientKind.values)}."]
     else:
@@ -192,7 +199,8 @@ def client_create(*, client_id: str, kind: str, actor: str, scopes: list[str] | 
         raise errors.invalid_fields(problems)
     secret = secret or secrets.token_urlsafe(32)
     client = Client(client_id=client_id, kind=kind, agent_id=agent_id, subject=subject, tenants=list(tenants),
-                    scopes=client_scopes_for(kind, scopes), description=description)
+                    scopes=client_scopes_for(kind, scopes), description=description, jwks=jwks,
+                    require_dpop=bool(require_dpop))
     client.set_secret(secret)
     try:
         with transaction.atomic():
@@ -202,8 +210,21 @@ def client_create(*, client_id: str, kind: str, actor: str, scopes: list[str] | 
     ledger_append(event_type="api_client.created", resource_type=RESOURCE_TYPE, resource_id=client_id,
                   actor=actor, payload={"kind": kind, "agent_id": agent_id, "subject": subject,
                                         "tenants": client.tenants, "scopes": client.scopes,
-                                        "description": description})
+                                        "description": description,
+                                        **({"jwks": jwks} if jwks else {}),
+                                        **({"require_dpop": True} if client.require_dpop else {})})
     return client, secret
+
+
+def client_jwks_clean(jwks, problems: dict[str, list[str]]) -> dict:
+    """``jwks`` as stored (``{}`` for none), or its problem added to ``problems``."""
+    if jwks is None or jwks == {} or jwks == {"keys": []}:
+        return {}
+    try:
+        return possession.jwks_clean(jwks)
+    except possession.PossessionError as exc:
+        problems["jwks"] = [f"Not accepted: {exc}."]
+        return {}
 
 
 @transaction.atomic
@@ -244,10 +265,20 @@ def client_set_active(*, client_id: str, active: bool, actor: str) -> Client:
 
 @transaction.atomic
 def client_update(*, client_id: str, actor: str, scopes: list[str] | None = None,
-                  description: str | None = None) -> Client:
-    """Change a client's scopes or description. Removed scopes stop working in live tokens at once."""
+                  description: str | None = None, jwks: dict | None = None,
+                  require_dpop: bool | None = None) -> Client:
+    """Change a client's scopes, description, keys or DPoP requirement. Removed scopes stop
+    working in live tokens at once; so do unbound tokens once DPoP is required."""
+    problems: dict[str, list[str]] = {}
+    cleaned = client_jwks_clean(jwks, problems) if jwks is not None else None
+    if problems:
+        raise errors.invalid_fields(problems)
     client = _client_get(client_id, for_update=True)
     payload = {}
+    if cleaned is not None and cleaned != client.jwks:
+        client.jwks = payload["jwks"] = cleaned
+    if require_dpop is not None and require_dpop != client.require_dpop:
+        client.require_dpop = payload["require_dpop"] = require_dpop
     if scopes is not None:
         normalised = client_scopes_for(client.kind, scopes)
         if normalised != client.scopes:
@@ -256,7 +287,7 @@ def client_update(*, client_id: str, actor: str, scopes: list[str] | None = None
     if description is not None and description != client.description:
         client.description = payload["description"] = description
     if payload:
-        client.save(update_fields=["scopes", "description", "updated_at"])
+        client.save(update_fields=["scopes", "description", "jwks", "require_dpop", "updated_at"])
         ledger_append(event_type="api_client.updated", resource_type=RESOURCE_TYPE, resource_id=client_id,
                       actor=actor, payload=payload)
     return client
@@ -348,9 +379,13 @@ def client_authenticate(*, client_id: str, secret: str) -> Client | None:
 IDENTITY_CLAIMS = ("kind", "agent_id", "subject", "tenants")
 
 
-def token_issue(*, client: Client, scopes: list[str]) -> dict:
-    """The RFC 6749 5.1 token response for ``client``, granting ``scopes``."""
+def token_issue(*, client: Client, scopes: list[str], jkt: str | None = None) -> dict:
+    """The RFC 6749 5.1 token response for ``client``, granting ``scopes``; with ``jkt`` (the
+    thumbprint of a DPoP proof's key), a token bound to that key (RFC 9449: ``cnf.jkt``,
+    ``token_type`` ``DPoP``)."""
     token = ClientAccessToken()
+    if jkt is not None:
+        token["cnf"] = {"jkt": jkt}
     token.set_exp(lifetime=timedelta(seconds=settings.AGP_TOKEN_TTL_SECONDS))
     token["sub"] = client.client_id
     token["iss"] = settings.AGP_TOKEN_ISSUER
@@ -358,23 +393,48 @@ def token_issue(*, client: Client, scopes: list[str]) -> dict:
     token["gen"] = client.token_generation
     for claim in IDENTITY_CLAIMS:
         token[claim] = getattr(client, claim)
-    return {"access_token": str(token), "token_type": "bearer",
+    return {"access_token": str(token), "token_type": "DPoP" if jkt is not None else "bearer",
             "expires_in": settings.AGP_TOKEN_TTL_SECONDS, "scope": " ".join(scopes)}
 
 
-_ROW_FIELDS = ("is_active", "scopes", "token_generation", *IDENTITY_CLAIMS)
+_ROW_FIELDS = ("is_active", "scopes", "token_generation", "require_dpop", *IDENTITY_CLAIMS)
+DPOP_INVALID_TOKEN = {"WWW-Authenticate": 'DPoP error="invalid_token", algs="EdDSA ES256"'}
+DPOP_INVALID_PROOF = {"WWW-Authenticate": 'DPoP error="invalid_dpop_proof", algs="EdDSA ES256"'}
 
 
-def principal_from_token(raw: str) -> ClientPrincipal:
-    """Validate a bearer token; the principal keeps the scopes both granted and still held.
+def principal_from_token(raw: str, *, dpop_proof: str | None = None, method: str = "", url: str = "",
+                         scheme: str = "bearer") -> ClientPrincipal:
+    """Validate an access token; the principal keeps the scopes both granted and still held.
 
     The client's row is read on every request, so a disabled client or a rotated secret
     takes effect at once; a token whose kind or bindings are no longer the row's is refused.
+    A token bound to a key (``cnf.jkt``) counts only with ``scheme`` ``dpop`` and a fresh
+    proof of that key for this ``method`` and ``url`` (docs/reference/identity.md, "Keys");
+    an unbound token only as a bearer token.
     """
     token = _token_claims(raw)
+    jkt = token.get("cnf", {}).get("jkt") if isinstance(token.get("cnf"), dict) else None
+    if scheme == "bearer" and jkt is not None:
+        raise errors.Unauthenticated("This token is bound to a key (DPoP): send it as 'Authorization: DPoP "
+                                     "<token>' with a DPoP proof.", headers=DPOP_INVALID_TOKEN)
+    if scheme == "dpop":
+        if not isinstance(jkt, str):
+            raise errors.Unauthenticated("This token is not bound to a key: send it as a bearer token.",
+                                         headers=DPOP_INVALID_TOKEN)
+        if not dpop_proof:
+            raise errors.Unauthenticated("A DPoP-bound token needs a DPoP proof header.", headers=DPOP_INVALID_PROOF)
+        try:
+            proof = possession.dpop_proof_check(proof=dpop_proof, method=method, url=url, access_token=raw)
+        except possession.PossessionError as exc:
+            raise errors.Unauthenticated(f"Invalid DPoP proof: {exc}.", headers=DPOP_INVALID_PROOF) from None
+        if proof.jkt != jkt:
+            raise errors.Unauthenticated("Invalid DPoP proof: signed by another key than the token is bound to.",
+                                         headers=DPOP_INVALID_PROOF)
     row = Client.objects.filter(client_id=token["sub"]).values(*_ROW_FIELDS).first()
     if row is None or not row["is_active"]:
         raise errors.Unauthenticated("The token's client is unknown or disabled.")
+    if row["require_dpop"] and jkt is None:
+        raise errors.Unauthenticated("This client requires DPoP-bound tokens: request a new token with a DPoP proof.")
     # Exact, unlike comparing the whole-second iat with the rotation instant: any token
     # minted before the rotation or disabling carries an older generation.
     if token["gen"] != row["token_generation"]:
@@ -400,3 +460,25 @@ def _token_claims(raw: str) -> dict:
             or not isinstance(generation, int) or isinstance(generation, bool):
         raise errors.Unauthenticated("Invalid token: malformed claims.")
     return claims
+
+
+def client_has_keys(client_id: str) -> bool:
+    """Whether the client registered public keys (``jwks``)."""
+    row = Client.objects.filter(client_id=client_id).values("jwks").first()
+    return bool(row and (row["jwks"] or {}).get("keys"))
+
+
+def client_statement_verify(*, client_id: str, field: str, value: Any, statement: dict,
+                            embedded: bool = False) -> dict:
+    """The public key (a JWK) of ``client_id`` that signed ``statement``: ``value`` must be a
+    compact JWS by one of its keys over the RFC 8785 canonical JSON of ``statement``
+    (docs/reference/identity.md, "Keys"). A 400 naming ``field`` otherwise."""
+    row = Client.objects.filter(client_id=client_id).values("jwks").first()
+    jwks = (row or {}).get("jwks") or {}
+    if not jwks.get("keys"):
+        raise errors.invalid_fields({field: ["This client has no keys (jwks) to verify it with."]})
+    try:
+        return possession.statement_verify(value=value, jwks=jwks, payload=canonical_json(statement),
+                                           embedded=embedded)
+    except possession.PossessionError as exc:
+        raise errors.invalid_fields({field: [f"Does not verify: {exc}."]}) from None

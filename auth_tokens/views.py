@@ -1,4 +1,8 @@
-"""``POST /oauth/token``: the OAuth 2.0 client-credentials grant (RFC 6749 4.4, CONTRACT C3).
+"""``POST /oauth/token``: the OAuth 2.0 client-credentials grant (RFC 6749 4.4, docs/reference/identity.md).
+
+A client authenticates with its secret (RFC 6749 2.3.1) or, when it has keys, with a
+signed client assertion (RFC 7523, ``private_key_jwt``); a request carrying a DPoP proof
+gets a token bound to the proof's key (RFC 9449).
 
 Errors here follow RFC 6749 5.2, not the AGP envelope, because OAuth client libraries
 parse that shape: 401 ``invalid_client``, otherwise 400. Failed client authentications are
@@ -28,10 +32,10 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from agp_project.http.schema import documented
-from agp_project.http.viewsets import NO_TENANT, AGPViewSet, CreateMixin
+from agp_project.http.viewsets import NO_TENANT, AGPViewSet, CreateMixin, absolute_url
 from agp_project.ids import new_id
 
-from . import api_docs
+from . import api_docs, possession
 from .models import Client
 from .scopes import parse_scopes
 from .serializers import ApiClientChangeSerializer, ApiClientSerializer
@@ -147,6 +151,8 @@ def token(request):
         return oauth_error("unsupported_grant_type", "Only grant_type=client_credentials is supported.")
 
     basic = _basic_credentials(request)
+    if "client_assertion" in form or "client_assertion_type" in form:
+        return _token_by_assertion(request, form, basic)
     if basic is not None:
         # RFC 6749 2.3: one client authentication method per request.
         if "client_secret" in form:
@@ -175,6 +181,57 @@ def token(request):
         _record_failure(keys)
         return oauth_error("invalid_client", "Client authentication failed.", 401,
                            BASIC_CHALLENGE if basic is not None else None)
+    return _token_for(request, form, client)
+
+
+def _token_by_assertion(request, form, basic):
+    """RFC 7523 2.2 client authentication: a JWT signed by one of the client's keys (``private_key_jwt``)."""
+    if basic is not None or "client_secret" in form:
+        return oauth_error("invalid_request", "Authenticate with a client assertion or with a secret, not both.")
+    if form.get("client_assertion_type") != possession.ASSERTION_TYPE:
+        return oauth_error("invalid_request", f"client_assertion_type must be {possession.ASSERTION_TYPE}.")
+    assertion = form.get("client_assertion", "")
+    if not assertion or _unprintable(assertion, form.get("scope", ""), form.get("client_id", "")):
+        return oauth_error("invalid_request", "client_assertion is required (a JWT).")
+    try:
+        client_id = possession.assertion_issuer(assertion)
+    except possession.PossessionError as exc:
+        return oauth_error("invalid_client", f"Client authentication failed: {exc}.", 401)
+    if "client_id" in form and form["client_id"] != client_id:
+        return oauth_error("invalid_request", "client_id in the form differs from the assertion's iss.")
+    keys = _throttle_keys(request, client_id)
+    if _throttled(keys):
+        return oauth_error("slow_down", "Too many failed client authentications; try again later.", 429,
+                           {"Retry-After": _retry_after()})
+    client = Client.objects.filter(client_id=client_id, is_active=True).first() if len(client_id) <= 128 else None
+    try:
+        if client is None:
+            raise possession.PossessionError("no active client has this id")
+        possession.client_assertion_check(assertion=assertion, client_id=client_id, jwks=client.jwks,
+                                          audience=_endpoint_url(request))
+    except possession.PossessionError as exc:
+        _record_failure(keys)
+        return oauth_error("invalid_client", f"Client authentication failed: {exc}.", 401)
+    return _token_for(request, form, client)
+
+
+def _endpoint_url(request) -> str:
+    # AGP_BASE_URL when set: behind a proxy the public URL is what clients sign, not the Host we see.
+    return absolute_url(request, request.path)
+
+
+def _token_for(request, form, client):
+    """The token response for an authenticated client: its scopes, narrowed by ``scope``, and
+    bound to the key of a DPoP proof when the request carries one (RFC 9449 5)."""
+    proof = request.META.get("HTTP_DPOP")
+    jkt = None
+    if proof is not None:
+        try:
+            jkt = possession.dpop_proof_check(proof=proof, method="POST", url=_endpoint_url(request)).jkt
+        except possession.PossessionError as exc:
+            return oauth_error("invalid_dpop_proof", f"Invalid DPoP proof: {exc}.")
+    elif client.require_dpop:
+        return oauth_error("invalid_dpop_proof", "This client is issued only DPoP-bound tokens: send a DPoP proof.")
 
     requested = parse_scopes(form.get("scope", ""))
     if requested:
@@ -184,7 +241,7 @@ def token(request):
         scopes = [s for s in client.scopes if s in set(requested)]
     else:
         scopes = list(client.scopes)
-    response = JsonResponse(token_issue(client=client, scopes=scopes))
+    response = JsonResponse(token_issue(client=client, scopes=scopes, jkt=jkt))
     _no_store(response)
     return response
 
@@ -216,9 +273,10 @@ class ApiClientViewSet(CreateMixin, AGPViewSet):
         validated = self.parse(serializer_class=ApiClientChangeSerializer)
         client = self.get_object()
         secret = None
-        if "scopes" in validated or "description" in validated:
+        if validated.keys() & {"scopes", "description", "jwks", "require_dpop"}:
             client = client_update(client_id=client_id, actor=self.actor, scopes=validated.get("scopes"),
-                                   description=validated.get("description"))
+                                   description=validated.get("description"), jwks=validated.get("jwks"),
+                                   require_dpop=validated.get("require_dpop"))
         if "is_active" in validated:
             client = client_set_active(client_id=client_id, active=validated["is_active"], actor=self.actor)
         if validated.get("rotate_secret"):

@@ -34,6 +34,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -117,16 +118,33 @@ def load(env: dict, spec: dict) -> dict:
 
 def drive(env: dict, base: str, token: str | None, seed: dict, name: str, expect: tuple[int, ...], *,
           concurrency: int, requests: int, duration: float, mode: str = "closed", rate: float | None = None,
-          warmup: int = 200, latencies: bool = False, keys: bool = True) -> dict:
+          warmup: int = 200, latencies: bool = False, keys: bool = True, dpop: bool = False) -> dict:
     """Scenario ``name`` against ``base`` from the load generator: ``warmup`` requests in a
     closed loop first (their figures dropped), then the measured run (with every latency
     when ``latencies``)."""
     spec = {"base": base, "token": token, "seed": seed, "scenario": name, "expect": list(expect), "mode": mode,
             "rate": rate, "concurrency": concurrency, "requests": requests, "duration": duration,
-            "latencies": latencies, "keys": keys}
+            "latencies": latencies, "keys": keys, "dpop": dpop}
     if warmup:
         load(env, dict(spec, mode="closed", requests=warmup, duration=30))
     return load(env, spec)
+
+
+def dpop_token(base: str, seed: dict) -> str:
+    """A DPoP-bound token of the keyed agent client: private_key_jwt and a proof (docs/reference/identity.md)."""
+    from agp_client.keys import ClientKey
+
+    key, url = ClientKey.from_jwk(seed["keyed_agent"]["private_jwk"]), base + "/oauth/token"
+    client_id = seed["keyed_agent"]["client_id"]
+    data = urllib.parse.urlencode({"grant_type": "client_credentials", "client_assertion": key.client_assertion(
+        client_id=client_id, token_url=url),
+        "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"}).encode()
+    request = urllib.request.Request(url, data=data, headers={"DPoP": key.dpop_proof(method="POST", url=url)})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body = json.load(response)
+    if body.get("token_type") != "DPoP":
+        raise SystemExit(f"the keyed agent got a {body.get('token_type')} token, not a DPoP one")
+    return body["access_token"]
 
 
 def combined(runs: list[dict]) -> dict:
@@ -236,28 +254,40 @@ def main() -> None:
         operator = stack.token()
         # What an agent platform sends: its agent client's token, bound to the agent and its tenant.
         agent = stack.token(AGENT_CLIENT, AGENT_SECRET)
+        # The same agent with a key and a DPoP-bound token: (a) with DPoP, a fresh proof per request.
+        bound = dpop_token(stack.base, seed)
 
         def scenario(name: str, expect: tuple[int, ...], *, mode="closed", rate=None, requests=None,
-                     duration=None, concurrency=None, warmup=200, latencies=False, keys=True) -> dict:
-            token = agent if name in AS_AGENT else operator
+                     duration=None, concurrency=None, warmup=200, latencies=False, keys=True, dpop=False) -> dict:
+            token = None if name.startswith("t") else bound if dpop else agent if name in AS_AGENT else operator
             return drive(env, stack.base, token, seed, name, expect, mode=mode, rate=rate,
                          concurrency=concurrency or args.concurrency, requests=requests or args.requests,
-                         duration=duration or args.duration, warmup=warmup, latencies=latencies, keys=keys)
+                         duration=duration or args.duration, warmup=warmup, latencies=latencies, keys=keys,
+                         dpop=dpop)
 
-        # (b)'s budget is a ratio to (a): both saturated runs alternate, round by round, so a
-        # machine whose speed drifts (a VM's neighbours) slows both alike.
-        saturated = [key for key in "ab" if key in args.scenarios]
+        # (b)'s budget is a ratio to (a), and (a) with DPoP is compared with (a): the saturated
+        # runs alternate, round by round, so a machine whose speed drifts (a VM's neighbours)
+        # slows them alike.
+        saturated = [key for key in ("a", "a_dpop", "b") if key[0] in args.scenarios]
         rounds = {key: [] for key in saturated}
+        labels = {"a": "(a) GET /agp/tasks/{id}", "a_dpop": "(a) the same with a DPoP-bound token",
+                  "b": "(b) validate-only POST /agp/action-envelopes, saturated"}
         for number in range(args.rounds):
             for key in saturated:
-                log(f"(a) GET /agp/tasks/{{id}}, round {number + 1}" if key == "a" else
-                    f"(b) validate-only POST /agp/action-envelopes, saturated, round {number + 1}")
-                rounds[key].append(scenario(key, (200,), requests=max(1, args.requests // args.rounds),
-                                            warmup=200 if number == 0 else 0, latencies=True))
+                log(f"{labels[key]}, round {number + 1}")
+                rounds[key].append(scenario(key[0], (200,), requests=max(1, args.requests // args.rounds),
+                                            warmup=200 if number == 0 else 0, latencies=True,
+                                            dpop=key == "a_dpop"))
         results.update({key: combined(runs) for key, runs in rounds.items()})
         if "a" in args.scenarios:
             log("(a) the same, one client (the latency floor of an authenticated request)")
             results["a1"] = scenario("a", (200,), concurrency=1, requests=min(args.requests, 2000), warmup=0)
+            log("(a) the same with DPoP, one client")
+            results["a1_dpop"] = scenario("a", (200,), concurrency=1, requests=min(args.requests, 2000), warmup=0,
+                                          dpop=True)
+            log("POST /oauth/token: the bootstrap secret; then private_key_jwt with a DPoP proof")
+            results["t"] = scenario("t", (200,), requests=min(args.requests, 2000))
+            results["t_key"] = scenario("t_key", (200,), requests=min(args.requests, 2000))
             log("(a) the HTTP floor: gunicorn alone (no Django), one client")
             results["floor"] = http_floor(env, args, var_dir)
             log("(a) PostgreSQL from Python: SELECT 1 and a durable one-row INSERT")

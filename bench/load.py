@@ -25,7 +25,9 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
+
+ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
 
 def _iso_now() -> str:
@@ -84,7 +86,42 @@ def request_factory(spec: dict):
             return "POST", "/agp/delegations", json.dumps(body).encode(), json_headers, (201,)
         return make
 
+    if scenario in ("t", "t_key"):  # the token endpoint: the bootstrap secret, or a key with DPoP
+        form_headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        token_url = spec["base"] + "/oauth/token"
+        if scenario == "t":
+            body = urlencode({"grant_type": "client_credentials", "client_id": "bench",
+                              "client_secret": "bench-secret"}).encode()
+            return lambda i: ("POST", "/oauth/token", body, form_headers, (200,))
+        key, client_id = _keyed(seed)
+
+        def make(i):
+            body = urlencode({"grant_type": "client_credentials", "client_assertion_type": ASSERTION_TYPE,
+                              "client_assertion": key.client_assertion(client_id=client_id, token_url=token_url)})
+            headers = dict(form_headers, DPoP=key.dpop_proof(method="POST", url=token_url))
+            return "POST", "/oauth/token", body.encode(), headers, (200,)
+        return make
+
     raise SystemExit(f"unknown scenario {scenario!r}")
+
+
+def _keyed(seed: dict):
+    from agp_client.keys import ClientKey
+
+    return ClientKey.from_jwk(seed["keyed_agent"]["private_jwk"]), seed["keyed_agent"]["client_id"]
+
+
+def authenticate(spec: dict):
+    """``headers(method, path) -> dict``: the bearer token's header, or with ``"dpop": true``
+    the bound token's and a fresh DPoP proof for each request (made here, as a client would)."""
+    token = spec.get("token")
+    if not token:
+        return lambda method, path: {}
+    if not spec.get("dpop"):
+        return lambda method, path: {"Authorization": f"Bearer {token}"}
+    key, _ = _keyed(spec["seed"])
+    return lambda method, path: {"Authorization": f"DPoP {token}", "DPoP": key.dpop_proof(
+        method=method, url=spec["base"] + path, access_token=token)}
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
@@ -96,7 +133,7 @@ def percentiles(ms: list[float]) -> dict[str, float]:
 def run(spec: dict) -> dict:
     url = urlsplit(spec["base"])
     make = request_factory(spec)
-    auth = {"Authorization": f"Bearer {spec['token']}"} if spec.get("token") else {}
+    auth = authenticate(spec)
     total, duration = spec["requests"], spec["duration"]
     concurrency, mode, rate = spec["concurrency"], spec["mode"], spec.get("rate")
     keys = spec.get("keys", True)
@@ -126,7 +163,7 @@ def run(spec: dict) -> dict:
                 headers = {**headers, "Idempotency-Key": uuid.uuid4().hex}
             sent = time.perf_counter()
             try:
-                conn.request(method, path, body=body, headers={**auth, **headers})
+                conn.request(method, path, body=body, headers={**auth(method, path), **headers})
                 response = conn.getresponse()
                 payload = response.read()
                 status = response.status

@@ -73,6 +73,10 @@ def table(results: dict) -> str:
 
     http_row("a", "(a) GET /agp/tasks/{id} (baseline)")
     http_row("a1", "(a) the same, 1 client")
+    http_row("a_dpop", "(a) with a DPoP-bound token")
+    http_row("a1_dpop", "(a) with a DPoP-bound token, 1 client")
+    http_row("t", "POST /oauth/token, client secret")
+    http_row("t_key", "POST /oauth/token, private_key_jwt + DPoP")
     http_row("floor", "gunicorn alone (no Django), 1 client")
     http_row("b", "(b) validate envelope, passes")
     http_row("b_nokey", "(b) the same without Idempotency-Key")
@@ -132,6 +136,10 @@ def table(results: dict) -> str:
     lines += [" | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     lines.append("")
     lines += ["budgets (ratios within this run):", *(f"  {budget.line()}" for budget in budgets(results))]
+    if results.get("a1") and results.get("a1_dpop") and results.get("a") and results.get("a_dpop"):
+        lines.append(f"DPoP beside bearer: (a) p50 x{results['a1_dpop']['p50'] / results['a1']['p50']:.2f} "
+                     f"with 1 client, throughput x{results['a_dpop']['throughput'] / results['a']['throughput']:.2f} "
+                     "saturated (a proof checked and its jti recorded on every request)")
     mem = results.get("memory_end") or {}
     m = results.get("machine", {})
     lines.append("")

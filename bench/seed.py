@@ -29,6 +29,7 @@ from datetime import timedelta
 
 
 AGENT_CLIENT, AGENT_SECRET = "bench-agent", "bench-agent-secret"
+KEYED_AGENT_CLIENT = "bench-agent-keyed"
 
 ONE_CALL_RULESET = """package agp.bench.one_call
 
@@ -68,6 +69,7 @@ def main() -> None:
     django.setup()
     from django.utils import timezone
 
+    from agp_client.keys import ClientKey
     from auth_tokens.services import client_create
     from bench.policy_eval import SAMPLE_INPUT, SAMPLE_POLICY
     from decision.services import approval_create, decision_create, decision_status_set, policy_evaluation_create
@@ -136,6 +138,10 @@ def main() -> None:
     # (a), (b) and (c) send, so the tenant scoping is measured; and a person's, who approved.
     client_create(client_id=AGENT_CLIENT, secret=AGENT_SECRET, kind="agent", agent_id=main_agent, tenants=[root],
                   actor=actor)
+    # The same agent with a key, issued only DPoP-bound tokens: (a) with DPoP beside bearer.
+    key = ClientKey.generate()
+    client_create(client_id=KEYED_AGENT_CLIENT, kind="agent", agent_id=main_agent, tenants=[root], actor=actor,
+                  jwks=key.public_jwks(), require_dpop=True)
     reviewer, _ = client_create(client_id="bench-reviewer", kind="human", subject="reviewer@bench.example",
                                 tenants=[root], actor=actor)
     approval_create(actor=reviewer.client_id, decision_ref=decision.decision_id, approver=reviewer.subject,
@@ -156,6 +162,7 @@ def main() -> None:
                      "operation": action["operation"], "capability_token_ref": capability.capability_id,
                      "decision_ref": decision.decision_id, "policy_decision_ref": evaluation.evaluation_id,
                      "parameters": action["parameters"]},
+        "keyed_agent": {"client_id": KEYED_AGENT_CLIENT, "private_jwk": key.private_jwk()},
         "seconds": round(time.perf_counter() - started, 1),
     }, sys.stdout)
 

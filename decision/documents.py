@@ -50,6 +50,7 @@ def approval_document(approval: Approval) -> dict[str, Any]:
         "signature": approval.signature or None,
         "created_at": iso(approval.created_at),
         **({"approver_client": approval.approver_client} if approval.approver_client else {}),
+        **({"approver_signature": approval.approver_signature} if approval.approver_signature else {}),
         **authored(approval),
     }
 

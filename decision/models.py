@@ -148,6 +148,9 @@ class Approval(models.Model):
     conditions = ExactJSONField(default=list, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     signature = ExactJSONField(default=dict)
+    # The approver's own compact JWS over its verdict, and the public key (a JWK) that verified it.
+    approver_signature = models.TextField(blank=True, default="")
+    approver_key = ExactJSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
     created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 

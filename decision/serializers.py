@@ -271,6 +271,9 @@ class ApprovalSerializer(StrictSerializer):
     conditions = serializers.ListField(child=serializers.CharField(max_length=TEXT_MAX), required=False,
                                        default=list, max_length=200)
     expires_at = serializers.DateTimeField(help_text="Required: an approval always expires.")
+    approver_signature = serializers.CharField(required=False, max_length=16384, help_text=(
+        "The approver's own compact JWS, by a key of its client, over the RFC 8785 canonical JSON of "
+        "`{\"decision_id\", \"action_hash\", \"verdict\"}` (`action_hash`: the decision's policy evaluation's, or null)."))
     signature = SignatureSerializer(read_only=True)
     created_at = serializers.DateTimeField(required=False)
     created_by = serializers.CharField(read_only=True, help_text="The API client that made it.")

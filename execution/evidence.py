@@ -3,8 +3,8 @@
 The bundle holds every record that governed the action, as the API renders it (so each
 record's own signature verifies as it does on its own endpoint), every ledger event of
 the action and of the records that governed it (its policy evaluation, decision,
-approvals and impact assessments) with its inclusion proof, the signed checkpoint those proofs lead to, and the
-JWKS; the service signs the whole bundle last. ``python -m agp_client verify-evidence``
+approvals and impact assessments) with its inclusion proof, the signed checkpoint those proofs lead to, the
+JWKS, and the keys of the delegators and approvers who signed its links and approvals (``authors``); the service signs the whole bundle last. ``python -m agp_client verify-evidence``
 checks all of it with no network (docs/decisions/ledger.md says how, step by step).
 
 Every event is proved against one checkpoint. When the newest checkpoint does not cover
@@ -23,6 +23,7 @@ from agp_project.exactjson import ExactJSONDecoder
 from agp_project.http.renderers import ExactJSONRenderer
 from agp_project.signing import get_signer
 from agp_project.timeutil import iso
+from auth_tokens.models import Client
 from core.models import Checkpoint, LedgerEvent
 from core.selectors import checkpoint_document, checkpoint_newest, ledger_inclusion_proofs
 from core.services import checkpoint_create
@@ -106,7 +107,24 @@ def _checkpoint_covering(sequence: int) -> Checkpoint:
     return checkpoint_newest()
 
 
-def _records(envelope: ActionEnvelope, request) -> dict[str, Any]:
+def _authors(*, chain: list[Delegation], approvals: list[Approval]) -> dict[str, Any]:
+    """The clients that signed a link or an approval of the bundle, with the public keys that
+    verified their signatures (docs/reference/identity.md, "Keys"); one query, none when no
+    record is signed."""
+    keys: dict[str, dict[str, dict]] = {}
+    for client_id, key in [*((link.created_by, link.delegator_key) for link in chain),
+                           *((approval.approver_client, approval.approver_key) for approval in approvals)]:
+        if key:
+            keys.setdefault(client_id, {})[key.get("kid")] = key
+    if not keys:
+        return {}
+    rows = Client.objects.filter(client_id__in=keys).values("client_id", "kind", "agent_id", "subject")
+    return {row["client_id"]: {"kind": row["kind"], "agent_id": row["agent_id"] or None,
+                               "subject": row["subject"] or None, "keys": list(keys[row["client_id"]].values())}
+            for row in rows}
+
+
+def _records(envelope: ActionEnvelope, request) -> tuple[dict[str, Any], dict[str, Any]]:
     operation = _related(envelope, "async_operation")
     receipt = _related(operation, "receipt") if operation is not None else None
     payment = _related(envelope, "payment")
@@ -115,6 +133,9 @@ def _records(envelope: ActionEnvelope, request) -> dict[str, Any]:
     delegation = Delegation.objects.filter(delegation_id=envelope.delegation_ref).first()
     session = (CommerceSession.objects.filter(session_id=envelope.commerce_session_ref).first()
                if envelope.commerce_session_ref else None)
+
+    approvals = list(Approval.objects.filter(decision_id=envelope.decision_ref).order_by("pk"))
+    chain = delegation_chain(delegation=delegation) if delegation else []
 
     def render(serializer_class, instance):
         return None if instance is None else serializer_class(instance).data
@@ -127,17 +148,15 @@ def _records(envelope: ActionEnvelope, request) -> dict[str, Any]:
         "policy_set": render(PolicySetSerializer, evaluation.policy_set if evaluation else None),
         "impact_assessments": ImpactAssessmentSerializer(
             ImpactAssessment.objects.filter(decision_id=envelope.decision_ref).order_by("pk"), many=True).data,
-        "approvals": ApprovalSerializer(
-            Approval.objects.filter(decision_id=envelope.decision_ref).order_by("pk"), many=True).data,
-        "delegation_chain": DelegationChainSerializer(
-            delegation_chain(delegation=delegation) if delegation else [], many=True).data,
+        "approvals": ApprovalSerializer(approvals, many=True).data,
+        "delegation_chain": DelegationChainSerializer(chain, many=True).data,
         "capability": render(CapabilitySerializer,
                              Capability.objects.filter(capability_id=envelope.capability_token_ref).first()),
         "commerce_session": render(CommerceSessionSerializer, session),
         "payment": None if payment is None else payment_document(payment),
         "operation": None if operation is None else operation_representation(operation, request=request),
         "receipt": render(ReceiptSerializer, receipt),
-    }
+    }, _authors(chain=list(chain), approvals=approvals)
 
 
 def action_evidence(*, action_id: str, request=None) -> dict[str, Any]:
@@ -149,7 +168,7 @@ def action_evidence(*, action_id: str, request=None) -> dict[str, Any]:
                 .filter(action_id=action_id).first())
     if envelope is None:
         raise errors.NotFound(f"No accepted action envelope with id {action_id!r}.")
-    records = _records(envelope, request)
+    records, authors = _records(envelope, request)
     # Only the events about the action's own records, as the verifier checks them: a row of the
     # trail's index about anything else (a client event indexed by what its payload named)
     # would make the bundle fail verification. The events of the records that governed it
@@ -172,6 +191,8 @@ def action_evidence(*, action_id: str, request=None) -> dict[str, Any]:
                           for event in events],
         "checkpoint": checkpoint_document(checkpoint),
         "jwks": {"keys": [signer.jwk()]},
+        # The keys of the delegators and approvers who signed a record of the bundle.
+        "authors": authors,
     }
     # Signed as the client will read it: the JSON the response carries, numbers exact (a
     # Decimal stays the Decimal each record was signed with; docs/decisions/exact-json.md).

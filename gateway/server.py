@@ -103,12 +103,14 @@ class Caller:
         return next(iter(self.principal.tenants)) if self.principal.tenants else None
 
 
-def gateway_principal(authorization: str) -> ClientPrincipal:
+def gateway_principal(authorization: str, *, dpop: str | None = None, method: str = "",
+                      url: str = "") -> ClientPrincipal:
     """The principal of a connection: anyone while the service is open; else an agent client
-    holding the execution scope, or a 401 / 403 in the API's error envelope."""
+    holding the execution scope, or a 401 / 403 in the API's error envelope. A DPoP-bound
+    token needs ``dpop``, a proof for this ``method`` and ``url`` (docs/reference/identity.md, "Keys")."""
     if not auth_enabled():
         return ANONYMOUS
-    principal = principal_from_authorization(authorization)
+    principal = principal_from_authorization(authorization, dpop=dpop, method=method, url=url)
     if principal is None:
         raise errors.Unauthenticated("A bearer token is required.")
     if principal.kind != ClientKind.AGENT:
@@ -263,6 +265,15 @@ def _no_header_schema(name: str) -> None:
     return None
 
 
+def _request_url(scope, headers: dict[str, str]) -> str:
+    """The URL a DPoP proof must name: ``AGP_BASE_URL`` + path when set (what clients reach
+    behind a proxy), else the scheme and Host this request came with."""
+    path = scope.get("root_path", "") + scope.get("path", "")
+    if settings.AGP_BASE_URL:
+        return settings.AGP_BASE_URL + path
+    return f"{scope.get('scheme', 'http')}://{headers.get('host', '')}{path}"
+
+
 # --- the ASGI application -------------------------------------------------------------------------
 class GatewayApp:
     """The SDK's streamable HTTP transport (stateless, JSON answers) behind the identity check.
@@ -279,7 +290,9 @@ class GatewayApp:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         try:
             _host_check(headers)
-            principal = await in_db(gateway_principal, authorization=headers.get("authorization", ""))
+            principal = await in_db(gateway_principal, authorization=headers.get("authorization", ""),
+                                    dpop=headers.get("dpop"), method=scope.get("method", ""),
+                                    url=_request_url(scope, headers))
         except errors.AGPError as exc:
             await _error_response(send, exc)
             return

@@ -86,6 +86,8 @@ class Delegation(models.Model):
     accepted_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     signature = ExactJSONField(default=dict)
+    # The delegator's public key (a JWK) that verified its signature in ``signature_chain``; {}: unsigned.
+    delegator_key = ExactJSONField(default=dict, blank=True)
     signature_chain = ExactJSONField(default=list)
     status = models.CharField(max_length=16, choices=ActiveStatus.choices, default=ActiveStatus.ACTIVE)
     revoked_at = models.DateTimeField(null=True, blank=True)

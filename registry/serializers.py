@@ -106,6 +106,9 @@ class DelegationChainSerializer(StrictSerializer):
     constraints = DelegationConstraintsSerializer(required=False)
     accepted_at = serializers.DateTimeField(required=False)
     expires_at = serializers.DateTimeField(required=False)
+    delegator_signature = serializers.CharField(required=False, write_only=True, max_length=16384, help_text=(
+        "The delegator's compact JWS (by a key of its client) over the RFC 8785 canonical JSON of this request "
+        "without this member; required of an agent client with keys. It joins `signature_chain`."))
     signature_chain = serializers.ListField(child=serializers.CharField(), read_only=True)
     signature = SignatureSerializer(read_only=True)
     status = serializers.ChoiceField(choices=ActiveStatus.choices, read_only=True)

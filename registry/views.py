@@ -60,7 +60,11 @@ class DelegationViewSet(RegistryViewSet):
 
     def perform_create(self, validated, actor):
         tenant_of_write(self.request, validated["root_principal"])
-        return services.delegation_create(actor=actor, **validated)
+        signature = validated.pop("delegator_signature", None)
+        key = services.delegator_signature_check(client_id=actor, is_agent=self.request.user.kind == "agent",
+                                                 request_body=self.request.data, signature=signature)
+        return services.delegation_create(actor=actor, **validated, delegator_signature=signature,
+                                          delegator_key=key)
 
 
 @documented(PolicySetSerializer, api_docs.POLICY_SETS, patch=PolicySetStatusSerializer, patch_errors={

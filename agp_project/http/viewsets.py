@@ -4,7 +4,6 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Model
 from rest_framework import status, viewsets
@@ -14,6 +13,7 @@ from rest_framework.response import Response
 
 from agp_project import errors
 from agp_project.tenancy import NO_TENANT, tenant_condition
+from agp_project.http.public_url import absolute_url  # noqa: F401 - re-exported: views import it from here
 
 __all__ = ["NO_TENANT", "AGPViewSet", "Cited", "CreateMixin", "caller_tenants", "query_params", "request_sees",
            "tenant_condition", "tenant_of_write"]
@@ -61,18 +61,6 @@ def parse_limit(raw: str | None) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise errors.invalid_fields({"limit": [f"Must be an integer from 1 to {MAX_LIMIT}."]})
     return limit
-
-
-def absolute_url(request, path: str) -> str:
-    """``AGP_BASE_URL`` + path, else the request's own scheme and host.
-
-    A worker has no request (``None``): without ``AGP_BASE_URL`` it gets the path only,
-    which is why deployments that use callbacks set ``AGP_BASE_URL``.
-    """
-    base = settings.AGP_BASE_URL
-    if base:
-        return f"{base}{path}"
-    return request.build_absolute_uri(path) if request is not None else path
 
 
 def operation_path(operation_id: str) -> str:

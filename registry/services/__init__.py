@@ -19,7 +19,7 @@ lock at BEGIN, which serialises all writers, so the explicit locks are no-ops th
 
 from .capabilities import capability_create
 from .common import refuse_frozen
-from .delegations import delegation_create
+from .delegations import delegation_create, delegator_signature_check
 from .freezes import freeze_create, freeze_lift
 from .liability_bindings import liability_binding_create
 from .policy_sets import policy_set_create, policy_set_transition
@@ -30,6 +30,7 @@ from .tasks import task_create, task_transition
 __all__ = [
     "capability_create",
     "delegation_create",
+    "delegator_signature_check",
     "freeze_create",
     "freeze_lift",
     "liability_binding_create",

@@ -12,6 +12,7 @@ from agp_project import errors
 from agp_project.exactjson import decimal_text
 from agp_project.ids import new_id
 from agp_project.signing import sign_resource
+from auth_tokens.services import client_has_keys, client_statement_verify
 from core.ledger import ledger_append
 
 from .. import selectors
@@ -42,6 +43,8 @@ def delegation_create(
     accepted_at: datetime | None = None,
     created_at: datetime | None = None,
     delegation_id: str | None = None,
+    delegator_signature: str | None = None,
+    delegator_key: dict[str, Any] | None = None,
 ) -> Delegation:
     """Record one delegation link under the parent the server finds (CONTRACT C5).
 
@@ -53,6 +56,10 @@ def delegation_create(
     ``AGP_DELEGATION_SCOPE_VIOLATION`` for a cycle; 409 ``AGP_DELEGATION_HOP_LIMIT``;
     409 ``AGP_DELEGATION_SCOPE_VIOLATION`` for spend, then expiry. Before any of the 409s:
     409 ``AGP_FROZEN`` when the delegator or the root principal is frozen (C13).
+
+    ``delegator_signature`` (verified by ``delegator_signature_check``, with the key that
+    verified it as ``delegator_key``) goes into ``signature_chain`` before the service's own
+    signature, which covers it.
     """
     now = timezone.now()
     constraints = constraints or {}
@@ -89,7 +96,9 @@ def delegation_create(
             root_principal=root_principal, delegator_agent=delegator_agent, delegate_agent=delegate_agent,
             authority_scope=list(authority_scope), spend_currency=spend_currency, spend_amount=spend_amount,
             max_hops_remaining=hops, depth=len(chain), accepted_at=accepted_at, expires_at=expires_at,
-            signature_chain=list(parent.signature_chain) if parent else [], signature=None,
+            signature_chain=[*(parent.signature_chain if parent else []),
+                             *([delegator_signature] if delegator_signature else [])],
+            signature=None, delegator_key=delegator_key or {},
             status=ActiveStatus.ACTIVE, created_by=actor, created_at=created_at)
         # The link's signature covers the rendered link with the parent's signature chain.
         delegation.signature = sign_resource(delegation_link_payload(
@@ -103,8 +112,27 @@ def delegation_create(
                           "parent_delegation_id": delegation.parent_id, "root_principal": root_principal,
                           "delegator_agent": delegator_agent, "delegate_agent": delegate_agent,
                           "authority_scope": delegation.authority_scope,
-                          "signature_value": delegation.signature["value"]})
+                          "signature_value": delegation.signature["value"],
+                          **({"delegator_kid": delegator_key.get("kid")} if delegator_key else {})})
     return delegation
+
+
+def delegator_signature_check(*, client_id: str, is_agent: bool, request_body: dict[str, Any],
+                              signature: str | None) -> dict[str, Any]:
+    """The key that signed a delegation request, or {} for an unsigned one a client may make
+    (docs/reference/identity.md, "Keys"): an agent client with keys must sign the RFC 8785
+    canonical JSON of its request without ``delegator_signature``; a 400 otherwise."""
+    if signature is None:
+        if is_agent and client_has_keys(client_id):
+            raise errors.invalid_fields({"delegator_signature": [
+                "Required: an agent client with keys signs its delegations (a compact JWS over the canonical "
+                "JSON of the request without this member)."]})
+        return {}
+    statement = {key: value for key, value in request_body.items() if key != "delegator_signature"}
+    # Embedded, not detached: the link must carry the request, so that the chain verifies from
+    # the delegators' keys alone, long after the request is gone.
+    return client_statement_verify(client_id=client_id, field="delegator_signature", value=signature,
+                                   statement=statement, embedded=True)
 
 
 def _delegation_parent(*, root_principal: str, delegator_agent: str, authority_scope: list[str],

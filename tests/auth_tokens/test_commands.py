@@ -136,3 +136,23 @@ def test_it_documents_every_command_in_its_help(command):
     assert "usage: manage.py " + command in text
     assert len(parser.description) > 40
     assert "client" in parser.description.lower()
+
+
+def test_create_client_registers_keys_and_requires_dpop(tmp_path):
+    from agp_client.keys import ClientKey
+
+    key = ClientKey.generate()
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps(key.public_jwks()))
+    run("create_client", "svc-keyed", "--kind", "operator", "--jwks", str(path), "--require-dpop")
+    client = Client.objects.get(client_id="svc-keyed")
+    assert (client.jwks, client.require_dpop) == (key.public_jwks(), True)
+
+
+def test_create_client_refuses_a_jwks_file_it_cannot_use(tmp_path):
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [{"kty": "oct", "k": "c2VjcmV0", "kid": "h"}]}))
+    with pytest.raises(CommandError, match="jwks"):
+        run("create_client", "svc-keyed", "--kind", "operator", "--jwks", str(path))
+    with pytest.raises(CommandError, match="--jwks"):
+        run("create_client", "svc-keyed", "--kind", "operator", "--jwks", str(tmp_path / "missing.json"))

@@ -90,3 +90,28 @@ def test_the_gateways_budget_is_what_it_adds_to_a_direct_call_in_units_of_the_ba
 
     assert found["(i)"].measured == 7.0 and found["(i)"].met  # (17 - 3) / 2
     assert found["(i) REST"].measured == pytest.approx(0.09875) and not found["(i) REST"].met
+
+
+def test_the_closing_note_gives_dpop_beside_bearer_as_ratios():
+    from bench.report import table
+
+    one = {"p50": 2.0, "p95": 3.0, "p99": 4.0, "throughput": 400.0, "requests": 100}
+    results = {"a": {**one, "throughput": 800.0}, "a1": one, "a_dpop": {**one, "throughput": 600.0},
+               "a1_dpop": {**one, "p50": 3.0}, "t": one, "t_key": one}
+
+    text = table(results)
+
+    assert "DPoP beside bearer: (a) p50 x1.50 with 1 client, throughput x0.75 saturated" in text
+    assert "POST /oauth/token, private_key_jwt + DPoP" in text
+
+
+def test_the_load_generator_sends_a_fresh_dpop_proof_with_every_request():
+    from agp_client.keys import ClientKey
+    from bench.load import authenticate
+
+    key = ClientKey.generate()
+    seed = {"keyed_agent": {"client_id": "bench-agent-keyed", "private_jwk": key.private_jwk()}}
+    headers = authenticate({"token": "t0k", "dpop": True, "seed": seed, "base": "http://127.0.0.1:1"})
+    first, second = headers("GET", "/agp/tasks/1"), headers("GET", "/agp/tasks/1")
+    assert first["Authorization"] == "DPoP t0k" and first["DPoP"] != second["DPoP"]
+    assert authenticate({"token": "t0k"})("GET", "/") == {"Authorization": "Bearer t0k"}

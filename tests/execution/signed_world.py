@@ -15,11 +15,12 @@ from decimal import Decimal
 
 from django.utils import timezone
 
+from agp_client.keys import ClientKey
 from agp_project.ids import new_id
 from auth_tokens.services import auth_enabled
 from execution.runner import operation_execute
 from tests.execution.factories import RULESET
-from tests.identity import person_api
+from tests.identity import client_api, person_api
 
 
 def _created(response) -> dict:
@@ -28,9 +29,11 @@ def _created(response) -> dict:
 
 
 def make_executed_action(api, *, execute: bool = True, parameters: dict | None = None,
-                         amount_max: Decimal | int = 100) -> dict:
+                         amount_max: Decimal | int = 100, signers: dict | None = None) -> dict:
     """``parameters``: the refund's (default ``{"amount": 50, "currency": "USD"}``), evaluated and
-    submitted. ``amount_max``: the capability's bound on the amount."""
+    submitted. ``amount_max``: the capability's bound on the amount. ``signers`` (authentication
+    on): an empty dict to fill with ``ClientKey`` s: the orchestrator's client signs the second
+    link (``"delegator"``) and the person's client the approval (``"approver"``)."""
     parameters = {"amount": 50, "currency": "USD"} if parameters is None else parameters
     suffix = new_id("w")[2:].lower()
     root, orchestrator, agent = f"principal-{suffix}", f"orchestrator-{suffix}", f"agent-{suffix}"
@@ -43,9 +46,16 @@ def make_executed_action(api, *, execute: bool = True, parameters: dict | None =
                               "authority_scope": ["payments:*"], "expires_at": later,
                               "constraints": {"spend_limit": {"currency": "USD", "amount": 1000},
                                               "max_hops_remaining": 3}})
-    child = post("/agp/delegations", {"root_principal": root, "delegator_agent": orchestrator,
-                                      "delegate_agent": agent, "authority_scope": ["payments:refund"],
-                                      "constraints": {"spend_limit": {"currency": "USD", "amount": 500}}})
+    link = {"root_principal": root, "delegator_agent": orchestrator, "delegate_agent": agent,
+            "authority_scope": ["payments:refund"], "constraints": {"spend_limit": {"currency": "USD", "amount": 500}}}
+    if signers is not None:
+        key = signers["delegator"] = ClientKey.generate()
+        orchestrator_api, signers["delegator_client"] = client_api("agent", [root], agent_id=orchestrator,
+                                                                   jwks=key.public_jwks())
+        child = _created(orchestrator_api.post("/agp/delegations", {**link, "delegator_signature":
+                                                                    key.sign_statement(link)}, format="json"))
+    else:
+        child = post("/agp/delegations", link)
     task = post("/agp/tasks", {"root_principal": root, "agent_id": agent, "title": "Refund order 42",
                                "risk_level": "critical", "action_class": "transact"})
     capability = post("/agp/capabilities", {
@@ -73,7 +83,14 @@ def make_executed_action(api, *, execute: bool = True, parameters: dict | None =
     _created(api.patch(f"/agp/decisions/{decision['decision_id']}", {"status": "finalised"}, format="json"))
     approval = {"decision_ref": decision["decision_id"], "verdict": "approved", "conditions": ["log every call"],
                 "expires_at": later}
-    if auth_enabled():
+    if signers is not None:
+        key = signers["approver"] = ClientKey.generate("P-256")
+        person, signers["approver_client"] = client_api("human", [root], subject=f"human-{suffix}",
+                                                        jwks=key.public_jwks())
+        approval["approver_signature"] = key.sign_statement({
+            "decision_id": decision["decision_id"], "action_hash": evaluation["action_hash"], "verdict": "approved"})
+        approval = _created(person.post("/agp/approvals", approval, format="json"))
+    elif auth_enabled():
         # With authentication on, only a person's approval counts: approve with a human client's token.
         approval = _created(person_api(f"human-{suffix}", [root]).post("/agp/approvals", approval,
                                                                                   format="json"))

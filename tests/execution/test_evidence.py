@@ -12,6 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agp_client import VerificationError, numbers, verify_evidence
+from agp_client.keys import ClientKey
 from agp_project.signing import Signer, get_signer
 from core.models import Checkpoint, LedgerEvent
 from core.services import checkpoint_create
@@ -97,7 +98,7 @@ def test_it_gathers_the_whole_story_of_an_action_with_every_event_proved(api):
                                         [bytes.fromhex(h) for h in proof["audit_path"]], root)
 
     summary = verify_evidence(bundle, jwks=service_keys())
-    assert summary == {"action_id": action_id, "signatures": 10, "ledger_events": 13,
+    assert summary == {"action_id": action_id, "signatures": 10, "author_signatures": 0, "ledger_events": 13,
                        "tree_size": checkpoint.tree_size, "root_hash": checkpoint.root_hash,
                        "kids": [bundle["jwks"]["keys"][0]["kid"]]}
 
@@ -230,17 +231,22 @@ def test_verify_evidence_passes_an_untouched_bundle_and_names_each_tampering(api
     assert done.stdout.startswith(f"OK: evidence for action {bundle['action_id']} verified: 10 signatures, "
                                   f"13 ledger events included in checkpoint {bundle['checkpoint']['tree_size']}")
     for name, change, failure in tamperings(bundle):
-        tampered = copy.deepcopy(bundle)
-        change(tampered)
-        path = tmp_path / f"tampered-{name.replace(' ', '-')}.json"
-        path.write_text(json.dumps(tampered))
+        assert_verifier_names(bundle, name, change, failure, tmp_path)
 
-        done = verify_file(path, "--kid", get_signer().kid)
 
-        assert done.returncode == 1, (name, done.stdout, done.stderr)
-        assert done.stderr.startswith(f"FAILED: {failure}"), (name, done.stderr)
-        with pytest.raises(VerificationError, match="^" + failure.replace("(", r"\(").replace(")", r"\)")):
-            verify_evidence(tampered, kids={get_signer().kid})
+def assert_verifier_names(bundle: dict, name: str, change, failure: str, tmp_path: Path) -> None:
+    """``change`` made to a copy of ``bundle``, the command and ``verify_evidence`` both refuse it, naming ``failure``."""
+    tampered = copy.deepcopy(bundle)
+    change(tampered)
+    path = tmp_path / f"tampered-{name.replace(' ', '-')}.json"
+    path.write_text(json.dumps(tampered))
+
+    done = verify_file(path, "--kid", get_signer().kid)
+
+    assert done.returncode == 1, (name, done.stdout, done.stderr)
+    assert done.stderr.startswith(f"FAILED: {failure}"), (name, done.stderr)
+    with pytest.raises(VerificationError, match="^" + failure.replace("(", r"\(").replace(")", r"\)")):
+        verify_evidence(tampered, kids={get_signer().kid})
 
 
 @pytest.mark.system
@@ -374,3 +380,30 @@ def test_verify_evidence_can_trust_the_keys_the_service_publishes(transactional_
     assert done.returncode == 0, done.stderr
     assert f"from the service at {live_server.url}" in done.stdout
     assert unreachable.returncode == 2 and "cannot read the service's JWKS" in unreachable.stderr
+
+
+# --- the authors' own signatures --------------------------------------------------------------------------
+
+@pytest.mark.system
+def test_a_bundle_carries_the_authors_keys_and_verify_evidence_names_a_broken_signature(authed_api, tmp_path):
+    signers: dict = {}
+    bundle = evidence(authed_api, make_executed_action(authed_api, signers=signers)["action_id"])
+    delegator, approver = signers["delegator_client"], signers["approver_client"]
+    assert bundle["authors"] == {
+        delegator.client_id: {"kind": "agent", "agent_id": delegator.agent_id, "subject": None,
+                              "keys": [signers["delegator"].public_jwk()]},
+        approver.client_id: {"kind": "human", "agent_id": None, "subject": approver.subject,
+                             "keys": [signers["approver"].public_jwk()]}}
+    link, approval = bundle["records"]["delegation_chain"][1], bundle["records"]["approvals"][0]
+    assert verify_evidence(bundle, kids={get_signer().kid})["author_signatures"] == 2
+
+    other = ClientKey.generate(kid=signers["delegator"].kid).public_jwk()
+    for name, change, failure in [
+        ("the delegator's key", lambda b: b["authors"][delegator.client_id].update(keys=[other]),
+         f"delegation link {link['delegation_id']}: the delegator's signature: it does not verify"),
+        ("the approver's key", lambda b: b["authors"].pop(approver.client_id),
+         f"approval {approval['approval_id']}: the bundle carries no keys of its approver's client"),
+        ("an approval's verdict", lambda b: b["records"]["approvals"][0].update(verdict="rejected"),
+         f"approval {approval['approval_id']}: its content is not what was signed"),
+    ]:
+        assert_verifier_names(bundle, name, change, failure, tmp_path)

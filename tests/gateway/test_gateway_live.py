@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from agp_client import AGPClient, verify_signature
+from agp_client.keys import ClientKey
 from tests.agp_client.server import LiveServer, database_url
 from tests.mcp_server import McpServerProcess, free_port
 
@@ -129,6 +130,24 @@ def test_it_lists_the_agents_governed_tools_as_pinned(world):
     pinned = next(pin for pin in world.skill["tool_pins"] if pin["name"] == "lookup_customer")["definition"]
     assert tools["crm.lookup_customer"].description == pinned["description"]
     assert tools["crm.lookup_customer"].annotations.read_only_hint is True
+
+
+def test_an_agent_with_a_dpop_bound_token_connects_with_a_proof_per_request(world):
+    key = ClientKey.generate()
+    made = world.operator.clients.create(kind="agent", agent_id=world.agent, tenants=[world.tenant],
+                                         jwks=key.public_jwks(), require_dpop=True)
+    bound = AGPClient(world.base, made["client_id"], private_key=key)
+
+    async def listing():
+        async with bound.mcp_session(task_id=world.task["task_id"]) as session:
+            return (await session.list_tools()).tools
+
+    assert sorted(tool.name for tool in anyio.run(listing)) == ["crm.issue_refund", "crm.lookup_customer"]
+    assert bound.auth.token_type == "DPoP"
+    response = httpx2.post(f"{world.base}/mcp", headers={"Authorization": f"Bearer {bound.auth.token()}",
+                                                         "Accept": "application/json, text/event-stream"},
+                           json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    assert response.status_code == 401 and response.headers["WWW-Authenticate"].startswith('DPoP error=')
 
 
 def test_a_cleared_call_reaches_the_tool_once_and_returns_its_signed_receipt_which_is_in_the_ledger(world, stack):

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.django_db
 
 # Members rendered only when set (older signatures cover documents without them).
 WHEN_SET = {"shadow_of": None, "tests": [], "test_summary": None, "governance": {}, "created_by": "", "approver_client": "",
+            "approver_signature": "",
             "root_principal": None}
 
 

@@ -1,6 +1,7 @@
 import json
+from pathlib import Path
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from auth_tokens.kinds import ClientKind
 from auth_tokens.services import client_create
@@ -25,16 +26,25 @@ class Command(BaseCommand):
         parser.add_argument("--scopes", nargs="+", metavar="SCOPE",
                             help=SCOPES_HELP + " Default: the kind's default scopes.")
         parser.add_argument("--description", default="", help="Free text shown by list_clients and the admin.")
+        parser.add_argument("--jwks", metavar="FILE", help="A JWK Set file of the client's public keys (Ed25519 or "
+                                                           "P-256, each with a kid): private_key_jwt, DPoP, signing.")
+        parser.add_argument("--require-dpop", action="store_true", help="Issue it only DPoP-bound tokens.")
         parser.add_argument("--json", action="store_true",
                             help="Print {client_id, client_secret, kind, scopes} as JSON (for scripts).")
 
     @domain_errors_as_command_errors
     def handle(self, *args, **options):
         scopes = scopes_from_args(options["scopes"]) if options["scopes"] else None
+        jwks = None
+        if options["jwks"]:
+            try:
+                jwks = json.loads(Path(options["jwks"]).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise CommandError(f"--jwks: cannot read a JSON file: {exc}") from None
         client, secret = client_create(client_id=options["client_id"], kind=options["kind"], scopes=scopes,
                                        agent_id=options["agent_id"], subject=options["subject"],
                                        tenants=options["tenants"], description=options["description"],
-                                       actor=cli_actor())
+                                       jwks=jwks, require_dpop=options["require_dpop"], actor=cli_actor())
         if options["json"]:
             self.stdout.write(json.dumps({"client_id": client.client_id, "client_secret": secret,
                                           "kind": client.kind, "scopes": client.scopes}))
