@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib.auth.hashers import check_password, make_password
 from django.db import models
 
@@ -33,6 +34,10 @@ class Client(models.Model):
     description = models.CharField(max_length=256, blank=True, default="")
     tokens_not_before = models.DateTimeField(null=True, blank=True)
     token_generation = models.PositiveIntegerField(default=0)
+    # A person's sign-in to the approvals inbox (docs/reference/approvals.md): the admin user
+    # who approves in the browser as this human client, its subject and tenants.
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="agp_client")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
