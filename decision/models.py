@@ -145,6 +145,7 @@ class Approval(models.Model):
     approver_client = models.CharField(max_length=128, blank=True, default="")
     approver_kind = models.CharField(max_length=16, blank=True, default="")
     verdict = models.CharField(max_length=16, choices=ApprovalVerdict.choices)
+    reason = models.TextField(blank=True, default="")  # why the person decided so (the inbox asks)
     conditions = ExactJSONField(default=list, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     signature = ExactJSONField(default=dict)

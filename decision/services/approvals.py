@@ -32,7 +32,8 @@ def _independence_problem(*, decision: Decision, approver: str, approver_kind: s
 
 
 def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: str, expires_at: datetime,
-                    approver_kind: str = "", conditions: Sequence[str] = (), approval_id: str | None = None,
+                    approver_kind: str = "", conditions: Sequence[str] = (), reason: str = "",
+                    approval_id: str | None = None,
                     created_at: datetime | None = None) -> Approval:
     """An immutable, expiring, signed verdict on a decision (docs/reference/identity.md).
 
@@ -57,7 +58,7 @@ def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: st
     with unique_id("approval", "approval_id", approval_id), transaction.atomic():
         approval = Approval(approval_id=approval_id, decision=decision, approver=approver, verdict=verdict,
                             approver_client=actor, approver_kind=approver_kind, created_by=actor,
-                            conditions=list(conditions), expires_at=expires_at,
+                            reason=reason, conditions=list(conditions), expires_at=expires_at,
                             created_at=record_created_at(created_at, now))
         approval.signature = sign_resource(approval_document(approval))
         approval.save(force_insert=True)
