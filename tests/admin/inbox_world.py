@@ -38,9 +38,10 @@ class InboxWorld:
     def call(self, limit: int, **overrides) -> dict[str, Any]:
         return one_call_request(self.world, parameters={"limit": limit}, **overrides)
 
-    def ask(self, limit: int, **overrides):
-        """The agent's call in one request; the response."""
-        return self.agent.post("/agp/action-envelopes", self.call(limit, **overrides), format="json")
+    def ask(self, limit: int, prefer: str = "", **overrides):
+        """The agent's call in one request (``prefer``: ``respond-async`` to have it executed); the response."""
+        headers = {"HTTP_PREFER": prefer} if prefer else {}
+        return self.agent.post("/agp/action-envelopes", self.call(limit, **overrides), format="json", **headers)
 
     def waiting(self, limit: int) -> str:
         """Make a call that waits for people; the id of the decision that waits."""

@@ -5,6 +5,7 @@ from django.test import Client as DjangoClient
 
 from decision.models import Approval
 from decision.services import decision_create
+from execution.models import ActionEnvelope
 
 from .inbox_world import make_inbox_world, make_person
 
@@ -137,3 +138,24 @@ def test_the_verdict_form_needs_its_csrf_token_and_a_reason(inbox):
     assert forged.status_code == 403
     assert (no_reason.status_code, bad_verdict.status_code) == (400, 400)
     assert not Approval.objects.filter(decision_id=decision_id).exists()
+
+
+def test_the_timeline_and_the_evidence_bundle_name_who_approved_with_their_client_and_when(inbox, auditor_client):
+    decision_id = inbox.waiting(limit=60)
+    ann, ann_client = make_person("ann", [inbox.world.root_principal])
+    post(signed_in(ann), decision_id)
+    accepted = inbox.ask(limit=60, prefer="respond-async")
+    assert accepted.status_code == 202, accepted.content
+    action_id = ActionEnvelope.objects.get(decision_ref=decision_id).action_id
+
+    timeline = auditor_client.get(f"/admin/audit/actions/{action_id}/timeline/").content.decode()
+    evidence = inbox.agent.get(f"/agp/action-envelopes/{action_id}/evidence").json()
+
+    approval = Approval.objects.get(decision_id=decision_id)
+    assert (f"approved by ann@people.example (client {ann_client.client_id}, human): checked the figures (cited by "
+            "the envelope)") in timeline
+    [document] = evidence["records"]["approvals"]
+    assert (document["approver"], document["approver_client"], document["reason"], document["created_by"]) == (
+        "ann@people.example", ann_client.client_id, "checked the figures", ann_client.client_id)
+    assert document["created_at"].startswith(approval.created_at.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert document["signature"]["payload_hash"]
