@@ -14,6 +14,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from agp_project import exactjson
 from agp_project.exactjson import decimal_text
 from auth_tokens.kinds import ClientKind
 from auth_tokens.models import Client
@@ -58,6 +59,11 @@ class Waiting:
     @property
     def progress(self) -> str:
         return f"{len(self.counted)} of {self.required}"
+
+    @property
+    def parameters_text(self) -> str:
+        """The action's parameters as the agent sent them (JSON, exact numbers)."""
+        return exactjson.dumps((self.action or {}).get("parameters") or {}, sort_keys=True)
 
     @property
     def cleared(self) -> bool:

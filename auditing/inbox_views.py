@@ -21,7 +21,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_safe
 
 from agp_project import errors
-from core.admin_base import change_url
 from decision.choices import ApprovalVerdict, DecisionStatus
 from decision.services import approval_create
 
@@ -61,9 +60,7 @@ def _decision_page(request, person, item, form, status=200, refused=""):
     closed = "" if decision.status == DecisionStatus.DRAFT else f"This decision is {decision.status}: it waits for nobody."
     return _render(request, "auditing/inbox_decision.html", f"Decision {decision.decision_id}", status=status,
                    person=person, item=item, form=form, refused=refused, closed=closed,
-                   may_decide=not item.refusal and not closed,
-                   decision_url=change_url(decision), task_url=change_url(decision.task),
-                   path=[{"link": link, "url": change_url(link)} for link in item.path])
+                   may_decide=not item.refusal and not closed)
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
