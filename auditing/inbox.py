@@ -164,7 +164,9 @@ def _authors(decisions: list[Decision]) -> dict[str, Authors]:
 def inbox(*, person: Person, now: datetime | None = None) -> list[Waiting]:
     """The decisions of ``person``'s tenants that still wait for people, newest first."""
     now = now or timezone.now()
-    decisions = list(_asking_people(person).filter(status=DecisionStatus.DRAFT).order_by("-created_at", "-pk")[:INBOX_MAX * 4])
+    # Some of the newest drafts may already have their approvals (the agent has not asked again): read more.
+    drafts = _asking_people(person).filter(status=DecisionStatus.DRAFT).order_by("-created_at", "-pk")
+    decisions = list(drafts[:INBOX_MAX * 4])
     authors = _authors(decisions)
     items = [_waiting(decision, person=person, now=now, authors=authors[decision.decision_id])
              for decision in decisions]

@@ -57,7 +57,8 @@ def inbox_view(request):
 
 def _decision_page(request, person, item, form, status=200, refused=""):
     decision = item.decision
-    closed = "" if decision.status == DecisionStatus.DRAFT else f"This decision is {decision.status}: it waits for nobody."
+    closed = ("" if decision.status == DecisionStatus.DRAFT
+              else f"This decision is {decision.status}: it waits for nobody.")
     return _render(request, "auditing/inbox_decision.html", f"Decision {decision.decision_id}", status=status,
                    person=person, item=item, form=form, refused=refused, closed=closed,
                    may_decide=not item.refusal and not closed)

@@ -26,8 +26,8 @@ from rest_framework_simplejwt.tokens import AccessToken
 
 from agp_project import errors
 from agp_project.ids import is_valid_id
-from core.ledger import ledger_append
 from core.auditors import staff_user_create
+from core.ledger import ledger_append
 from core.models import StaffTenancy
 
 from .kinds import DEFAULT_SCOPES, EVERY_TENANT, SCOPE_CEILINGS, ClientKind

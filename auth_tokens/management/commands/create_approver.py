@@ -19,7 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--username", required=True, help="login name of the new admin user")
         parser.add_argument("--subject", required=True, help="who the person is, e.g. an e-mail address")
         parser.add_argument("--tenant", dest="tenants", action="append", default=[], required=True,
-                            metavar="ROOT_PRINCIPAL", help="a tenant (root principal) they approve in; repeat for several")
+                            metavar="ROOT_PRINCIPAL",
+                            help="a tenant (root principal) they approve in; repeat for several")
         parser.add_argument("--client-id", default="", help="the new human client's id (default: person-<username>)")
         parser.add_argument("--email", default="", help="optional e-mail address of the admin user")
         parser.add_argument("--password", help=PASSWORD_HELP)
