@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import requests
 from django.conf import settings
@@ -22,9 +23,12 @@ from django.utils import timezone
 from agp_project.net import UnsafeURL, http_post
 
 from .choices import DeliveryStatus
-from .models import WebhookAttempt
+from .models import OutboxMessage, WebhookAttempt
 
 SIGNATURE_HEADER = "AGP-Signature"
+# How long past its due time a delivery must be missing before recovery sends it again.
+RECOVERY_GRACE = timedelta(seconds=60)
+RECOVERY_LOOKBACK = timedelta(hours=1)
 
 
 def webhook_signature(*, body: bytes, timestamp: int, secret: str | None = None) -> str:
@@ -117,3 +121,33 @@ def attempt_settle(record: WebhookAttempt, posted: PostResult) -> bool:
         status=DeliveryStatus.DELIVERED if posted.delivered else DeliveryStatus.FAILED,
         response_status=posted.response_status, error=posted.problem)
     return posted.delivered or posted.permanent or record.attempt >= settings.AGP_CALLBACK_MAX_ATTEMPTS
+
+
+@dataclass(frozen=True)
+class RecoveryWindow:
+    """``slack``: how overdue a delivery must be before it is sent again; ``lookback``: how far
+    back deliveries are looked for (twice the whole retry schedule, plus an hour in case
+    recovery itself was down)."""
+
+    slack: timedelta
+    lookback: timedelta
+
+
+def recovery_window() -> RecoveryWindow:
+    max_attempts = settings.AGP_CALLBACK_MAX_ATTEMPTS
+    schedule = (sum(webhook_backoff(n) for n in range(1, max_attempts))
+                + max_attempts * settings.AGP_CALLBACK_TIMEOUT_SECONDS)
+    slack = RECOVERY_GRACE + timedelta(seconds=settings.AGP_CALLBACK_TIMEOUT_SECONDS)
+    return RecoveryWindow(slack=slack, lookback=2 * timedelta(seconds=schedule) + slack + RECOVERY_LOOKBACK)
+
+
+def redelivery_due(*, task_name: str, key: str, since: datetime, tries: int, last_try: datetime | None,
+                   now: datetime, window: RecoveryWindow) -> bool:
+    """Whether a delivery that is neither delivered nor abandoned lost its message: due again
+    ``backoff(n)`` after attempt n (or at ``since`` with no attempt yet), overdue by more than
+    the window's slack, and not already nudged by a message not yet worked off."""
+    due = since if not tries or last_try is None else last_try + timedelta(seconds=webhook_backoff(tries))
+    if due + window.slack > now:
+        return False
+    return not OutboxMessage.objects.filter(task_name=task_name, args=[key],
+                                            created_at__gte=now - window.slack).exists()

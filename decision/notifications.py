@@ -13,16 +13,28 @@ retried with the callbacks' backoff and limit; the last one is a ledger event.
 """
 
 import logging
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Exists, Max, OuterRef
 from django.urls import reverse
+from django.utils import timezone
 
 from agp_project import exactjson
 from agp_project.timeutil import iso
 from core.ledger import ledger_append
+from core.models import LedgerEvent
 from core.outbox import outbox_enqueue
-from core.webhooks import DeliveryOutcome, attempt_reserve, attempt_settle, webhook_backoff, webhook_post
+from core.webhooks import (
+    DeliveryOutcome,
+    attempt_reserve,
+    attempt_settle,
+    recovery_window,
+    redelivery_due,
+    webhook_backoff,
+    webhook_post,
+)
 from registry.models import Task
 
 from .choices import APPROVAL_NOTICE_TASK, DecisionOutcome, DecisionStatus
@@ -112,3 +124,30 @@ def approval_notice_deliver(*, decision_id: str) -> DeliveryOutcome:
     if final:
         return DeliveryOutcome("abandoned", number)
     return DeliveryOutcome("retry", number, webhook_backoff(number))
+
+
+def approval_notices_recover(*, now: datetime | None = None, limit: int = 200) -> int:
+    """Re-enqueue notices whose next attempt is overdue (its retry message was lost with a killed
+    worker, or the embedded broker could not redeliver it): a decision that failed at least one
+    attempt, was neither delivered nor abandoned (the ledger records both), and is overdue by
+    ``recovery_window().slack`` after ``backoff(n)`` (core/webhooks.py). A notice whose first
+    message never left is the outbox sweep's."""
+    now = now or timezone.now()
+    window = recovery_window()
+    settled = LedgerEvent.objects.filter(resource_type="Decision", resource_id=OuterRef("decision_id"),
+                                         event_type__in=("approval_notice.delivered", "approval_notice.abandoned"))
+    candidates = (Decision.objects.filter(created_at__gte=now - window.lookback)
+                  .annotate(tries=Count("notification_attempts"),
+                            last_try=Max("notification_attempts__attempted_at"), settled=Exists(settled))
+                  .filter(tries__gt=0, tries__lt=settings.AGP_CALLBACK_MAX_ATTEMPTS, settled=False)
+                  .order_by("created_at").values_list("decision_id", "created_at", "tries", "last_try")[:limit])
+    count = 0
+    for decision_id, created_at, tries, last_try in candidates:
+        if not redelivery_due(task_name=APPROVAL_NOTICE_TASK, key=decision_id, since=created_at, tries=tries,
+                              last_try=last_try, now=now, window=window):
+            continue
+        with transaction.atomic():
+            outbox_enqueue(task_name=APPROVAL_NOTICE_TASK, args=[decision_id])
+        logger.info("recover: re-enqueued the approval notice of %s (after %s attempts)", decision_id, tries)
+        count += 1
+    return count

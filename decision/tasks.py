@@ -22,7 +22,8 @@ def evaluate_shadows(evaluation_id: str) -> int:
 @shared_task(name=APPROVAL_NOTICE_TASK, bind=True, autoretry_for=(OperationalError, InterfaceError),
              retry_backoff=True, retry_backoff_max=60, max_retries=None)
 def notify_approval_waiting(self, decision_id: str) -> str:
-    """One delivery attempt of a waiting decision's notice (decision/notifications.py); schedules the next on failure."""
+    """One delivery attempt of a waiting decision's notice (decision/notifications.py); schedules the
+    next on failure."""
     outcome = approval_notice_deliver(decision_id=decision_id)
     if outcome.retry_in is not None:
         # A new message with a countdown: the worker slot is free while the receiver recovers.

@@ -5,13 +5,14 @@ returns), signed as every webhook of the service is (core/webhooks.py).
 
 Delivery is at least once. Every attempt is a ``CallbackAttempt`` row, numbered from 1;
 the number is reserved (unique per operation) before the request leaves, so two copies of
-the task message cannot both send attempt n (``core.webhooks.attempt_reserve``). A failed attempt is retried with exponential
-backoff (``AGP_CALLBACK_RETRY_BASE_SECONDS`` * 2^(n-1)) up to ``AGP_CALLBACK_MAX_ATTEMPTS``;
-a URL the SSRF guard refuses is not retried (it will not become allowed).
+the task message cannot both send attempt n (``core.webhooks.attempt_reserve``). A failed
+attempt is retried with exponential backoff (``AGP_CALLBACK_RETRY_BASE_SECONDS`` * 2^(n-1))
+up to ``AGP_CALLBACK_MAX_ATTEMPTS``; a URL the SSRF guard refuses is not retried (it will not
+become allowed).
 """
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -21,12 +22,14 @@ from django.utils import timezone
 from agp_project import exactjson
 from agp_project.metrics import CALLBACK_DELIVERIES
 from core.ledger import ledger_append
-from core.models import LedgerEvent, OutboxMessage
+from core.models import LedgerEvent
 from core.outbox import outbox_enqueue, outbox_request_id
 from core.webhooks import (
     DeliveryOutcome,
     attempt_reserve,
     attempt_settle,
+    recovery_window,
+    redelivery_due,
     webhook_backoff,
     webhook_post,
     webhook_signature,
@@ -39,9 +42,6 @@ from .serializers_operations import operation_representation
 
 logger = logging.getLogger(__name__)
 
-# How long past its due time a delivery must be missing before recovery sends it again.
-RECOVERY_GRACE = timedelta(seconds=60)
-RECOVERY_LOOKBACK = timedelta(hours=1)
 
 
 def callback_body(operation: Operation) -> bytes:
@@ -95,33 +95,25 @@ def callbacks_recover(*, now: datetime | None = None, limit: int = 200) -> int:
     within twice the whole retry schedule plus an hour, has a callback URL, and whose delivery is neither
     delivered nor abandoned (the ledger records both), is due again ``backoff(n)`` after
     attempt n (or right after it ended, with no attempt yet); overdue by more than
-    ``RECOVERY_GRACE`` plus the request timeout, it is enqueued again.
+    ``core.webhooks.RECOVERY_GRACE`` plus the request timeout, it is enqueued again.
     """
     now = now or timezone.now()
-    max_attempts = settings.AGP_CALLBACK_MAX_ATTEMPTS
-    window = (sum(webhook_backoff(n) for n in range(1, max_attempts))
-              + max_attempts * settings.AGP_CALLBACK_TIMEOUT_SECONDS)
-    slack = RECOVERY_GRACE + timedelta(seconds=settings.AGP_CALLBACK_TIMEOUT_SECONDS)
-    # Twice the whole retry schedule, plus an hour in case recovery itself was down.
-    lookback = 2 * timedelta(seconds=window) + slack + RECOVERY_LOOKBACK
+    window = recovery_window()
     settled = LedgerEvent.objects.filter(resource_type="Operation", resource_id=OuterRef("operation_id"),
                                          event_type__in=("callback.delivered", "callback.abandoned"))
     candidates = (Operation.objects
-                  .filter(status__in=OPERATION_TERMINAL, completed_at__gte=now - lookback,
-                          completed_at__lt=now - slack)
+                  .filter(status__in=OPERATION_TERMINAL, completed_at__gte=now - window.lookback,
+                          completed_at__lt=now - window.slack)
                   .exclude(callback_url="")
                   .annotate(tries=Count("callback_attempts"), last_try=Max("callback_attempts__attempted_at"),
                             settled=Exists(settled))
-                  .filter(settled=False, tries__lt=max_attempts)
+                  .filter(settled=False, tries__lt=settings.AGP_CALLBACK_MAX_ATTEMPTS)
                   .order_by("completed_at").values_list("operation_id", "completed_at", "tries", "last_try")[:limit])
     count = 0
     for operation_id, completed_at, tries, last_try in candidates:
-        due = completed_at if not tries else last_try + timedelta(seconds=webhook_backoff(tries))
-        if due + slack > now:
+        if not redelivery_due(task_name=CALLBACK_TASK, key=operation_id, since=completed_at, tries=tries,
+                              last_try=last_try, now=now, window=window):
             continue
-        if OutboxMessage.objects.filter(task_name=CALLBACK_TASK, args=[operation_id],
-                                        created_at__gte=now - slack).exists():
-            continue  # already nudged; its message has not been worked off yet
         with transaction.atomic():
             outbox_enqueue(task_name=CALLBACK_TASK, args=[operation_id],
                            request_id=outbox_request_id(args=[operation_id]))

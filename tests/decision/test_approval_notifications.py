@@ -5,14 +5,17 @@ against a receiver listening in the test process; the last test lets a real work
 retrying after a failure (PostgreSQL and Redis).
 """
 
+from datetime import timedelta
+
 import pytest
 from django.conf import settings as django_settings
+from django.utils import timezone
 
 from core.models import LedgerEvent, OutboxMessage
 from core.webhooks import webhook_signature_verify
 from decision.choices import APPROVAL_NOTICE_TASK
 from decision.models import ApprovalNotificationAttempt, ApprovalWebhook, Decision
-from decision.notifications import approval_notice_deliver
+from decision.notifications import approval_notice_deliver, approval_notices_recover
 from tests.execution.factories import governed_by_policy, make_world, one_call_request
 from tests.execution.receiver import receiver  # noqa: F401
 from tests.execution.worker import module_worker, test_broker, wait_for, worker_db  # noqa: F401
@@ -126,6 +129,26 @@ def test_it_does_not_retry_a_webhook_the_ssrf_guard_refuses(api, hooked, setting
     assert outcome.outcome == "abandoned"
     [(attempt, status, response_status)] = attempts(decision_id)
     assert (attempt, status, response_status) == (1, "failed", None)
+
+
+def test_recovery_sends_again_a_notice_whose_retry_message_was_lost(api, hooked, receiver):
+    receiver.answer((500,), (200,))
+    decision_id = waiting_decision(api, hooked)
+    approval_notice_deliver(decision_id=decision_id)  # attempt 1 fails; its retry message is then lost
+    OutboxMessage.objects.all().delete()
+    now = timezone.now()
+
+    too_early = approval_notices_recover(now=now)
+    ApprovalNotificationAttempt.objects.update(attempted_at=now - timedelta(minutes=5))
+    recovered = approval_notices_recover(now=now)
+    nudged_already = approval_notices_recover(now=now)
+    approval_notice_deliver(decision_id=decision_id)
+
+    assert (too_early, recovered, nudged_already) == (0, 1, 0)
+    assert notices() == [[decision_id]]
+    assert attempts(decision_id) == [(1, "failed", 500), (2, "delivered", 200)]
+    OutboxMessage.objects.all().delete()
+    assert approval_notices_recover(now=now + timedelta(hours=1)) == 0  # delivered: settled
 
 
 @pytest.mark.postgres
