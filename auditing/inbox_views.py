@@ -55,10 +55,14 @@ def inbox_view(request):
                    inbox_max=selectors.INBOX_MAX)
 
 
+def _closed(decision) -> str:
+    """Why nobody decides on ``decision`` any more, or "" while it is a draft."""
+    return "" if decision.status == DecisionStatus.DRAFT else f"This decision is {decision.status}: it waits for nobody."
+
+
 def _decision_page(request, person, item, form, status=200, refused=""):
     decision = item.decision
-    closed = ("" if decision.status == DecisionStatus.DRAFT
-              else f"This decision is {decision.status}: it waits for nobody.")
+    closed = _closed(decision)
     return _render(request, "auditing/inbox_decision.html", f"Decision {decision.decision_id}", status=status,
                    person=person, item=item, form=form, refused=refused, closed=closed,
                    may_decide=not item.refusal and not closed)
@@ -75,11 +79,10 @@ def inbox_decision_view(request, decision_id: str):
     form = VerdictForm(request.POST)
     if not form.is_valid():
         return _decision_page(request, person, item, form, status=400)
-    closed = item.decision.status != DecisionStatus.DRAFT
-    if item.refusal or closed:
+    refusal = item.refusal or _closed(item.decision)
+    if refusal:
         # The buttons were not offered; a posted form is refused all the same.
-        reason = item.refusal or f"This decision is {item.decision.status}: it waits for nobody."
-        return _decision_page(request, person, item, form, status=403, refused=reason)
+        return _decision_page(request, person, item, form, status=403, refused=refusal)
     verdict = VERDICTS[form.cleaned_data["verdict"]]
     try:
         approval_create(actor=person.client_id, decision_ref=decision_id, approver=person.subject, verdict=verdict,
