@@ -159,3 +159,26 @@ def test_the_timeline_and_the_evidence_bundle_name_who_approved_with_their_clien
         "ann@people.example", ann_client.client_id, "checked the figures", ann_client.client_id)
     assert document["created_at"].startswith(approval.created_at.strftime("%Y-%m-%dT%H:%M:%S"))
     assert document["signature"]["payload_hash"]
+
+
+def test_the_inbox_reads_the_same_queries_whatever_the_number_of_verdicts(inbox):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    decision_id = inbox.waiting(limit=80)
+    ann, _ = make_person("ann", [inbox.world.root_principal])
+    people = [make_person(name, [inbox.world.root_principal])[0] for name in ("bob", "cy", "di")]
+    browser = signed_in(ann)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert browser.get("/admin/approvals/").status_code == 200
+        return len(captured)
+
+    post(signed_in(people[0]), decision_id, verdict="reject", reason="not yet")
+    before = queries()
+    for person in people[1:]:
+        post(signed_in(person), decision_id, verdict="reject", reason="not yet either")
+
+    assert Approval.objects.filter(decision_id=decision_id).count() == 3
+    assert queries() == before
