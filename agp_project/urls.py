@@ -23,6 +23,7 @@ urlpatterns = [
     path("agp/", include("execution.urls")),
     path("agp/", include("auth_tokens.urls")),
     path("admin/audit/", include("auditing.urls")),
+    path("admin/approvals/", include("auditing.inbox_urls")),
     path("admin/", admin.site.urls),
 ]
 

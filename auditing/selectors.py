@@ -207,9 +207,11 @@ def action_timeline(*, action_id: str, tenants: frozenset[str] | None = None) ->
                                   f"recommends {assessment.recommendation}"))
         for approval in Approval.objects.filter(decision_id=decision.decision_id).order_by("created_at"):
             cited = " (cited by the envelope)" if approval.approval_id == envelope.approval_ref else ""
+            client = ", ".join(filter(None, [f"client {approval.approver_client}" if approval.approver_client else "",
+                                             approval.approver_kind]))
             entries.append(_entry(approval.created_at, "approval", approval, approval.approval_id,
-                                  f"{approval.verdict} by {approval.approver}"
-                                  f"{f' ({approval.approver_kind})' if approval.approver_kind else ''}{cited}"))
+                                  f"{approval.verdict} by {approval.approver}{f' ({client})' if client else ''}"
+                                  f"{f': {approval.reason}' if approval.reason else ''}{cited}"))
     failed = [item["check"] for item in envelope.checks or [] if isinstance(item, dict) and not item.get("passed")]
     entries.append(_entry(envelope.accepted_at, "action envelope", envelope, envelope.action_id,
                           f"{envelope.tool_id}:{envelope.operation} accepted for execution by "

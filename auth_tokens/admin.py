@@ -13,11 +13,13 @@ from agp_project import errors
 from agp_project.ids import is_valid_id
 from core.admin_base import AuditorReadOnlyMixin
 
+from .kinds import ClientKind
 from .models import Client
 from .scopes import ALL_SCOPES
 from .services import (
     client_bindings_problems,
     client_create,
+    client_person_link,
     client_rotate_secret,
     client_scopes_for,
     client_set_active,
@@ -40,7 +42,10 @@ class ClientForm(forms.ModelForm):
 
     class Meta:
         model = Client
-        fields = ["client_id", "kind", "agent_id", "subject", "tenants", "description", "scopes"]
+        fields = ["client_id", "kind", "agent_id", "subject", "tenants", "description", "scopes", "user"]
+        labels = {"user": "approves in the inbox as"}
+        help_texts = {"user": "A human client only: the admin user who approves as this person in the approvals "
+                              "inbox (/admin/approvals/), bound to its tenants."}
 
     def clean_tenants(self):
         value = self.cleaned_data["tenants"]
@@ -93,8 +98,9 @@ class ClientAdmin(AuditorReadOnlyMixin, admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ["client_id", "kind", "agent_id", "subject", "tenants", "description", "scopes"]
+        person = ["user"] if obj.kind == ClientKind.HUMAN else []
         return ["client_id", "kind", "agent_id", "subject", "tenant_list", "is_active", "description", "scopes",
-                "tokens_not_before", "created_at", "updated_at"]
+                *person, "tokens_not_before", "created_at", "updated_at"]
 
     def has_delete_permission(self, request, obj=None):
         return False
@@ -116,6 +122,9 @@ class ClientAdmin(AuditorReadOnlyMixin, admin.ModelAdmin):
         if change:
             client_update(client_id=obj.client_id, scopes=data["scopes"], description=data["description"],
                           actor=_admin_actor(request))
+            if "user" in form.changed_data:
+                client_person_link(client_id=obj.client_id, actor=_admin_actor(request),
+                                   username=data["user"].get_username() if data.get("user") else None)
             return
         client, secret = client_create(client_id=data["client_id"], kind=data["kind"], scopes=data["scopes"] or None,
                                        agent_id=data["agent_id"], subject=data["subject"], tenants=data["tenants"],

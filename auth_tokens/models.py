@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib.auth.hashers import check_password, make_password
 from django.db import models
 
@@ -37,6 +38,10 @@ class Client(models.Model):
     jwks = ExactJSONField(default=dict, blank=True)
     # Only DPoP-bound tokens are issued to it (docs/reference/identity.md, "Keys").
     require_dpop = models.BooleanField(default=False)
+    # A person's sign-in to the approvals inbox (docs/reference/approvals.md): the admin user
+    # who approves in the browser as this human client, its subject and tenants.
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="agp_client")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -43,6 +43,21 @@ def auditor_group_ensure() -> Group:
     return group
 
 
+def staff_user_create(*, username: str, password: str, email: str = "") -> AbstractUser:
+    """A new staff admin user with no permission and no group, not a superuser. An existing
+    username is a ``Conflict``: an existing account is never silently given a new role, nor
+    its password replaced."""
+    if not username:
+        raise errors.invalid_fields({"username": ["This field may not be blank."]})
+    if not password:
+        raise errors.invalid_fields({"password": ["This field may not be blank."]})
+    user_model = get_user_model()
+    if user_model.objects.filter(username=username).exists():
+        raise errors.Conflict(f"A user named {username!r} already exists.")
+    return user_model.objects.create_user(username=username, email=email, password=password, is_staff=True,
+                                          is_superuser=False)
+
+
 def auditor_create(*, username: str, password: str, email: str = "", actor: str = "manage.py",
                    tenants: list[str] = ()) -> AbstractUser:
     """Create a staff user who belongs to the auditors group and to nothing else.
@@ -53,17 +68,9 @@ def auditor_create(*, username: str, password: str, email: str = "", actor: str 
     governance information. An existing username is a ``Conflict`` (an existing account is
     never silently turned into an auditor, nor its password replaced).
     """
-    if not username:
-        raise errors.invalid_fields({"username": ["This field may not be blank."]})
-    if not password:
-        raise errors.invalid_fields({"password": ["This field may not be blank."]})
-    user_model = get_user_model()
     group = auditor_group_ensure()
     with transaction.atomic():
-        if user_model.objects.filter(username=username).exists():
-            raise errors.Conflict(f"A user named {username!r} already exists.")
-        user = user_model.objects.create_user(username=username, email=email, password=password,
-                                              is_staff=True, is_superuser=False)
+        user = staff_user_create(username=username, password=password, email=email)
         user.groups.add(group)
         if tenants:
             StaffTenancy.objects.create(user=user, tenants=list(tenants))

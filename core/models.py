@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.db import models
 
-from .choices import OutboxStatus
+from .choices import DeliveryStatus, OutboxStatus
 from .fields import CanonicalJSONField, ExactJSONField
 
 
@@ -172,3 +172,18 @@ class StaffTenancy(models.Model):
 
     def __str__(self):
         return " ".join(self.tenants) or "(no tenant)"
+
+
+class WebhookAttempt(models.Model):
+    """One delivery attempt of a signed webhook (core/webhooks.py), kept for audit; numbered
+    from 1 per delivery (a unique constraint of each concrete model)."""
+
+    attempt = models.PositiveIntegerField()
+    url = models.URLField(max_length=2048)
+    status = models.CharField(max_length=16, choices=DeliveryStatus.choices)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    attempted_at = models.DateTimeField()
+
+    class Meta:
+        abstract = True

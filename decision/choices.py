@@ -99,3 +99,7 @@ BACKTEST_TASK = "agp.run_backtest"
 # The Celery task that evaluates a policy evaluation's shadows after it was answered (C14),
 # on the background queue; made due through the outbox, by name.
 SHADOW_TASK = "agp.evaluate_shadows"
+
+# The Celery task that tells a tenant's approval webhook that a decision waits for its people
+# (decision/notifications.py); made due through the outbox, by name.
+APPROVAL_NOTICE_TASK = "agp.notify_approval_waiting"

@@ -45,6 +45,7 @@ def approval_document(approval: Approval) -> dict[str, Any]:
         "decision_ref": approval.decision_id,
         "approver": approval.approver,
         "verdict": str(approval.verdict),
+        **({"reason": approval.reason} if approval.reason else {}),
         "conditions": list(approval.conditions),
         "expires_at": iso(approval.expires_at) if approval.expires_at is not None else None,
         "signature": approval.signature or None,

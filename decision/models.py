@@ -5,6 +5,7 @@ from django.db.models.functions import Round
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from core.fields import ExactJSONField
+from core.models import WebhookAttempt
 from registry.models import Delegation, PolicySet, Task
 
 from .choices import (
@@ -145,6 +146,7 @@ class Approval(models.Model):
     approver_client = models.CharField(max_length=128, blank=True, default="")
     approver_kind = models.CharField(max_length=16, blank=True, default="")
     verdict = models.CharField(max_length=16, choices=ApprovalVerdict.choices)
+    reason = models.TextField(blank=True, default="")  # why the person decided so (the inbox asks)
     conditions = ExactJSONField(default=list, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     signature = ExactJSONField(default=dict)
@@ -307,3 +309,30 @@ class Backtest(ConcurrentTransitionMixin, models.Model):
     @transition(field=status, source=[BacktestStatus.PENDING, BacktestStatus.RUNNING], target=BacktestStatus.CANCELLED)
     def cancel(self):
         """pending|running -> cancelled (PATCH /agp/operations/{id}); a running worker stops at its next write."""
+
+
+class ApprovalWebhook(models.Model):
+    """Where a tenant is told that a decision waits for its people (docs/reference/approvals.md)."""
+
+    root_principal = models.CharField(max_length=128, unique=True)
+    url = models.URLField(max_length=2048)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["root_principal"]
+
+    def __str__(self):
+        return f"{self.root_principal} -> {self.url}"
+
+
+class ApprovalNotificationAttempt(WebhookAttempt):
+    """One delivery attempt of the notice that a decision waits for approval, kept for audit."""
+
+    decision = models.ForeignKey(Decision, on_delete=models.PROTECT, related_name="notification_attempts",
+                                 to_field="decision_id", db_column="decision_ref")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["decision", "attempt"],
+                                               name="approval_notification_attempt_unique")]

@@ -89,6 +89,20 @@ def authors_of(*, decision: Decision | None, evaluation: PolicyEvaluation | None
     return Authors(clients=clients, subjects=frozenset(name.casefold() for row in rows for name in row if name))
 
 
+def approvals_required(*, task: Task | None, evaluation: PolicyEvaluation | None) -> tuple[int, list[str]]:
+    """How many people must approve, and why: the evaluation's ``approvals_required`` (1 when
+    it only said ``require_approval``), and at least one for a critical task."""
+    required, why = 0, []
+    if task is not None and task.risk_level == "critical":
+        required, why = 1, ["the task is critical"]
+    if evaluation is not None and evaluation.require_approval:
+        asked = evaluation.result.get("approvals_required", 1)
+        required = max(required, asked if isinstance(asked, int) and not isinstance(asked, bool) else 1)
+        why.append("the policy evaluation requires approval" if asked == 1
+                   else f"the policy evaluation requires {asked} approvals")
+    return required, why
+
+
 # --- escalations ---------------------------------------------------------------------------
 def escalations_blocking(*, task_id: str | None = None, decision_id: str | None = None,
                          action_id: str | None = None, root_principal: str | None = None) -> QuerySet[Escalation]:

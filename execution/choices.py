@@ -1,5 +1,7 @@
 from django.db import models
 
+from core.choices import DeliveryStatus
+
 # Who the ledger names for what the worker does (operations, payments, callbacks).
 WORKER_ACTOR = "agp-worker"
 # Cancelling another client's operation is an operator's brake, like a revocation or a freeze.
@@ -37,7 +39,4 @@ class PaymentStatus(models.TextChoices):
     RELEASED = "released"
 
 
-class CallbackStatus(models.TextChoices):
-    PENDING = "pending"
-    DELIVERED = "delivered"
-    FAILED = "failed"
+CallbackStatus = DeliveryStatus  # a callback is a signed webhook (core/webhooks.py)

@@ -6,8 +6,9 @@ from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from core.fields import ExactJSONField
+from core.models import WebhookAttempt
 
-from .choices import CallbackStatus, EnvelopeStatus, OperationStatus, PaymentStatus, ReceiptStatus
+from .choices import EnvelopeStatus, OperationStatus, PaymentStatus, ReceiptStatus
 
 
 class ActionEnvelope(models.Model):
@@ -135,17 +136,11 @@ class Payment(models.Model):
     updated_at = models.DateTimeField()
 
 
-class CallbackAttempt(models.Model):
+class CallbackAttempt(WebhookAttempt):
     """One delivery attempt of an operation's callback, kept for audit."""
 
     operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="callback_attempts",
                                   to_field="operation_id", db_column="operation_id")
-    attempt = models.PositiveIntegerField()
-    url = models.URLField(max_length=2048)
-    status = models.CharField(max_length=16, choices=CallbackStatus.choices)
-    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    error = models.TextField(blank=True, default="")
-    attempted_at = models.DateTimeField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["operation", "attempt"], name="callback_attempt_unique")]

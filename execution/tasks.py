@@ -19,6 +19,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections
 from agp_project.errors import AGPError
 from decision.backtests import backtest_run, backtests_recover
 from decision.choices import BACKTEST_TASK
+from decision.notifications import approval_notices_recover
 from registry.choices import FREEZE_TASK
 
 from .callbacks import callback_deliver, callbacks_recover
@@ -82,9 +83,10 @@ def run_backtest(self, backtest_id: str, attempt: int | None = None, slice_numbe
 @shared_task(name="agp.recover_operations")
 def recover_operations() -> int:
     """Re-enqueue pending operations and backtests whose message was lost, running ones whose
-    worker died, and callback deliveries whose retry message was lost; cancel what an active
-    freeze stops, should the freeze's own task have been lost."""
-    return operations_recover() + callbacks_recover() + freezes_enforce() + backtests_recover()
+    worker died, and callback deliveries and approval notices whose retry message was lost;
+    cancel what an active freeze stops, should the freeze's own task have been lost."""
+    return (operations_recover() + callbacks_recover() + approval_notices_recover() + freezes_enforce()
+            + backtests_recover())
 
 
 @worker_process_init.connect

@@ -281,6 +281,8 @@ AGP_CONNECTOR_RETRY_BASE_SECONDS = env_int("AGP_CONNECTOR_RETRY_BASE_SECONDS", 1
 AGP_CALLBACK_TIMEOUT_SECONDS = env_int("AGP_CALLBACK_TIMEOUT_SECONDS", 5, minimum=1)
 AGP_CALLBACK_MAX_ATTEMPTS = env_int("AGP_CALLBACK_MAX_ATTEMPTS", 6, minimum=1)
 AGP_CALLBACK_RETRY_BASE_SECONDS = env_int("AGP_CALLBACK_RETRY_BASE_SECONDS", 10, minimum=0)
+# How long an approval made in the approvals inbox stays valid (docs/reference/approvals.md).
+AGP_INBOX_APPROVAL_TTL_SECONDS = env_int("AGP_INBOX_APPROVAL_TTL_SECONDS", 86400, minimum=60)
 AGP_OUTBOX_SWEEP_SECONDS = env_int("AGP_OUTBOX_SWEEP_SECONDS", 10, minimum=1)
 AGP_RECOVER_OPERATIONS_SECONDS = env_int("AGP_RECOVER_OPERATIONS_SECONDS", 15, minimum=1)
 # "expires": a tick no worker picked up in time is dropped, not piled up behind the next.

@@ -9,9 +9,19 @@ backtest is written only by its own run.
 from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
-from core.admin_base import ReadOnlyModelAdmin, admin_link, html_table, id_filter, id_link, pretty_json
+from core.admin_base import (
+    LedgeredModelAdmin,
+    ReadOnlyModelAdmin,
+    admin_link,
+    html_table,
+    id_filter,
+    id_link,
+    pretty_json,
+)
 from decision.models import (
     Approval,
+    ApprovalNotificationAttempt,
+    ApprovalWebhook,
     Backtest,
     CommerceSession,
     Context,
@@ -177,7 +187,8 @@ class ImpactAssessmentAdmin(TaskLinkMixin, DecisionLinkMixin, ReadOnlyModelAdmin
 @admin.register(Approval)
 class ApprovalAdmin(ReadOnlyModelAdmin):
     tenant_field = "decision__task__root_principal"
-    list_display = ("approval_id", "decision_link", "task_link", "approver", "verdict", "expires_at", "created_at")
+    list_display = ("approval_id", "decision_link", "task_link", "approver", "approver_client", "verdict",
+                    "expires_at", "created_at")
     list_filter = (id_filter("task", "task_id", "decision__task_id"),
                    id_filter("agent", "agent_id", "decision__agent_id"), DECISION_FILTER, "verdict", "created_at",
                    "expires_at")
@@ -193,6 +204,30 @@ class ApprovalAdmin(ReadOnlyModelAdmin):
     @admin.display(description="task")
     def task_link(self, obj):
         return id_link(Task, "task_id", obj.decision.task_id)
+
+
+@admin.register(ApprovalWebhook)
+class ApprovalWebhookAdmin(LedgeredModelAdmin):
+    """Where a tenant is told that a decision waits for its people (docs/reference/approvals.md)."""
+
+    tenant_field = "root_principal"
+    ledger_resource_type = "ApprovalWebhook"
+    ledger_event_prefix = "approval_webhook"
+    id_field = "root_principal"
+    list_display = ("root_principal", "url", "is_active", "updated_at")
+    list_filter = ("is_active",)
+    search_fields = ("root_principal", "url")
+    ordering = ("root_principal",)
+
+
+@admin.register(ApprovalNotificationAttempt)
+class ApprovalNotificationAttemptAdmin(DecisionLinkMixin, ReadOnlyModelAdmin):
+    tenant_field = "decision__task__root_principal"
+    list_display = ("decision_link", "attempt", "url", "status", "response_status", "attempted_at")
+    list_filter = (DECISION_FILTER, "status", "attempted_at")
+    search_fields = ("=decision__decision_id", "url")
+    date_hierarchy = "attempted_at"
+    ordering = ("-attempted_at",)
 
 
 @admin.register(Escalation)

@@ -39,8 +39,9 @@ def approval_statement(*, decision_id: str, action_hash: str, verdict: str) -> d
 
 
 def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: str, expires_at: datetime,
-                    approver_kind: str = "", conditions: Sequence[str] = (), approval_id: str | None = None,
-                    created_at: datetime | None = None, approver_signature: str | None = None) -> Approval:
+                    approver_kind: str = "", conditions: Sequence[str] = (), reason: str = "",
+                    approval_id: str | None = None, created_at: datetime | None = None,
+                    approver_signature: str | None = None) -> Approval:
     """An immutable, expiring, signed verdict on a decision (docs/reference/identity.md).
 
     ``approver_kind``: the kind of the client recording it (``actor``). A person's client
@@ -76,7 +77,7 @@ def approval_create(*, actor: str, decision_ref: str, approver: str, verdict: st
     with unique_id("approval", "approval_id", approval_id), transaction.atomic():
         approval = Approval(approval_id=approval_id, decision=decision, approver=approver, verdict=verdict,
                             approver_client=actor, approver_kind=approver_kind, created_by=actor,
-                            conditions=list(conditions), expires_at=expires_at,
+                            reason=reason, conditions=list(conditions), expires_at=expires_at,
                             approver_signature=approver_signature or "", approver_key=approver_key,
                             created_at=record_created_at(created_at, now))
         approval.signature = sign_resource(approval_document(approval))

@@ -15,6 +15,7 @@ from registry.models import Task
 
 from ..choices import DecidedBy, DecisionOutcome, DecisionStatus, Recommendation
 from ..models import Context, Decision, EvidenceBundle, PolicyEvaluation
+from ..notifications import approval_wait_announce
 from ..selectors import impact_assessment_required, impact_assessment_standing
 from .common import failed_check, record_created_at, task_required, unique_id
 
@@ -71,6 +72,7 @@ def decision_create(*, actor: str, task_id: str, agent_id: str, outcome: str, ra
                       root_principal=task.root_principal, payload={"task_id": task_id, "agent_id": agent_id, "outcome": outcome,
                                "context_ref": context_ref, "evidence_refs": evidence_refs,
                                "policy_evaluation_ref": policy_evaluation_ref, "decided_by": DecidedBy.CLIENT})
+        approval_wait_announce(decision=decision, task=task, evaluation=evaluation)
     return decision
 
 
@@ -172,4 +174,6 @@ def decision_by_policy(*, actor: str, task: Task, agent_id: str, evaluation: Pol
         ledger_append(event_type="decision.finalised", resource_type="Decision", resource_id=decision.decision_id,
                       actor=actor, root_principal=task.root_principal,
                       payload={"task_id": task.task_id, "outcome": outcome})
+    else:
+        approval_wait_announce(decision=decision, task=task, evaluation=evaluation)
     return decision

@@ -15,7 +15,7 @@ from agp_project.canonical import action_hash
 from agp_project.currencies import MAX_AMOUNT, decimals_of, minor_units
 from agp_project.exactjson import decimal_text
 from decision.models import Approval, CommerceSession, Escalation, ImpactAssessment, PolicyEvaluation
-from decision.selectors import ZERO, Authors, impact_assessment_required
+from decision.selectors import ZERO, Authors, approvals_required, impact_assessment_required
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, Skill, Task, path_pks
 from registry.scopes import scope_covers, tool_id_unambiguous, tool_scope
 from registry.selectors import delegation_links_problem, freeze_targets_text
@@ -305,20 +305,6 @@ def check_impact_assessment(*, task: Task | None, assessment: ImpactAssessment |
 
 
 # --- 7. approval ------------------------------------------------------------------------------------------
-def approvals_required(*, task: Task | None, evaluation: PolicyEvaluation | None) -> tuple[int, list[str]]:
-    """How many people must approve, and why: the evaluation's ``approvals_required`` (1 when
-    it only said ``require_approval``), and at least one for a critical task."""
-    required, why = 0, []
-    if task is not None and task.risk_level == "critical":
-        required, why = 1, ["the task is critical"]
-    if evaluation is not None and evaluation.require_approval:
-        asked = evaluation.result.get("approvals_required", 1)
-        required = max(required, asked if isinstance(asked, int) and not isinstance(asked, bool) else 1)
-        why.append("the policy evaluation requires approval" if asked == 1
-                   else f"the policy evaluation requires {asked} approvals")
-    return required, why
-
-
 def approval_problem(approval: Approval, *, inputs: EnvelopeInputs, authors: Authors, open_service: bool,
                      signed_required: bool = False) -> str | None:
     """Why ``approval`` cannot count (docs/reference/identity.md), or None when it can."""

@@ -226,3 +226,106 @@ def test_an_auditor_bound_to_a_tenant_sees_only_its_records_in_the_admin_and_the
     assert ours.rows[Freeze].target_id in freezes and theirs.rows[Freeze].target_id not in freezes
     assert "AGP_NOT_FOUND" in other_timeline
     assert tenant_png.stat().st_size > 10_000
+
+
+DOC_IMAGES = Path(settings.BASE_DIR) / "docs" / "images"
+
+
+def screenshot_for_docs(driver, name: str) -> Path:
+    """A screenshot kept as a build artefact and as the picture docs/operations.md shows."""
+    path = screenshot(driver, name)
+    (DOC_IMAGES / name).write_bytes(path.read_bytes())
+    return path
+
+
+def sign_in_as(browser, live_server, username: str, password: str) -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/approvals/")
+    browser.find_element(By.NAME, "username").send_keys(username)
+    browser.find_element(By.NAME, "password").send_keys(password)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(browser, 15).until(expected_conditions.presence_of_element_located((By.ID, "user-tools")))
+
+
+def decide(browser, live_server, decision_id: str, reason: str, button: str = "approve") -> str:
+    """Open the decision's page in the inbox, give a reason, press the button; the success message."""
+    browser.get(f"{live_server.url}/admin/approvals/{decision_id}/")
+    browser.find_element(By.NAME, "reason").send_keys(reason)
+    browser.find_element(By.ID, button).click()
+    return WebDriverWait(browser, 15).until(expected_conditions.presence_of_element_located(
+        (By.CSS_SELECTOR, ".messagelist .success"))).text
+
+
+# The page's own CSRF token (the header's log-out form carries one): a hand-made POST of the verdict form.
+POST_ANYWAY = """
+const [url, done] = [arguments[0], arguments[arguments.length - 1]];
+const body = new FormData();
+body.append("csrfmiddlewaretoken", document.querySelector("input[name=csrfmiddlewaretoken]").value);
+body.append("verdict", "approve");
+body.append("reason", "I asked for it and I approve it");
+fetch(url, {method: "POST", body, credentials: "same-origin"}).then(response => done(response.status));
+"""
+
+
+def test_people_approve_in_the_inbox_and_the_call_that_waited_clears(browser, live_db, live_server, auth_settings):
+    from decision.models import Approval, PolicyEvaluation
+    from decision.services import decision_create
+
+    from .inbox_world import PASSWORD as PERSON_PASSWORD
+    from .inbox_world import make_inbox_world, make_person
+
+    inbox = make_inbox_world()
+    tenant = inbox.world.root_principal
+    one = inbox.waiting(limit=60)  # the policy asks for one person
+    two = inbox.waiting(limit=80)  # and for two above 70
+    make_person("ann", [tenant])
+    make_person("bob", [tenant])
+    make_person("zed", ["another-tenant"])
+    _, carol = make_person("carol", [tenant])
+    PolicyEvaluation.objects.filter(pk=inbox.world.evaluation.pk).update(require_approval=True)
+    own = decision_create(actor=carol.client_id, task_id=inbox.world.task.task_id, agent_id=inbox.world.agent_id,
+                          outcome="approve", policy_evaluation_ref=inbox.world.evaluation.evaluation_id).decision_id
+    wait = WebDriverWait(browser, 15)
+
+    sign_in_as(browser, live_server, "ann", PERSON_PASSWORD)
+    waiting = {box.get_attribute("data-decision"): box.text
+               for box in browser.find_elements(By.CSS_SELECTOR, ".agp-waiting")}
+    assert set(waiting) == {one, two, own}
+    assert "crm:update" in waiting[one] and '{"limit":60}' in waiting[one]
+    assert "the policy evaluation requires approval" in waiting[one] and "0 of 1" in waiting[one]
+    assert "the policy evaluation requires 2 approvals" in waiting[two] and "0 of 2" in waiting[two]
+    assert f"→ {inbox.world.agent_id}" in waiting[two] and "500 USD" in waiting[two]
+    inbox_png = screenshot_for_docs(browser, "approvals-inbox.png")
+
+    browser.get(f"{live_server.url}/admin/approvals/{one}/")
+    browser.find_element(By.NAME, "reason").send_keys("refund checked against the order")
+    decision_png = screenshot_for_docs(browser, "approvals-decision.png")
+    browser.find_element(By.ID, "approve").click()
+    message = wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".messagelist .success")))
+    assert message.text == f"You approved decision {one} as ann@people.example."
+    assert "1 of 1" in browser.find_element(By.ID, "content-main").text
+    assert not browser.find_elements(By.ID, "approve")  # nobody approves twice
+    cleared = inbox.ask(limit=60)
+    assert cleared.status_code == 200, cleared.content  # the envelope that waited clears
+
+    decide(browser, live_server, two, "first of two")
+    assert inbox.ask(limit=80).status_code == 422  # one of two is not enough
+    sign_in_as(browser, live_server, "bob", PERSON_PASSWORD)
+    assert decide(browser, live_server, two, "second of two") == f"You approved decision {two} as bob@people.example."
+    verdicts = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#verdicts tr.verdict")]
+    assert len(verdicts) == 2 and "ann@people.example" in verdicts[0] and "bob@people.example" in verdicts[1]
+    assert inbox.ask(limit=80).status_code == 200  # M of N: two people did
+
+    sign_in_as(browser, live_server, "carol", PERSON_PASSWORD)
+    browser.get(f"{live_server.url}/admin/approvals/{own}/")
+    assert not browser.find_elements(By.ID, "approve")
+    assert "You asked for this action" in browser.find_element(By.ID, "may-not").text
+    assert browser.execute_async_script(POST_ANYWAY, f"/admin/approvals/{own}/") == 403
+    assert not Approval.objects.filter(decision_id=own).exists()
+
+    sign_in_as(browser, live_server, "zed", PERSON_PASSWORD)
+    assert one not in browser.page_source and own not in browser.page_source
+    browser.get(f"{live_server.url}/admin/approvals/{own}/")
+    assert "AGP_NOT_FOUND" in browser.find_element(By.TAG_NAME, "body").text
+    for png in (inbox_png, decision_png):
+        assert png.stat().st_size > 10_000

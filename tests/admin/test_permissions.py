@@ -11,6 +11,7 @@ from core.admin_base import ImmutableMixin, LedgeredModelAdmin
 from core.auditors import AUDITED_APPS, AUDITORS_GROUP
 from core.ledger import ledger_verify
 from core.models import LedgerEvent
+from decision.models import ApprovalWebhook
 from registry.models import LiabilityBinding, Skill, Task
 
 REGISTERED = [(model, admin.site.get_model_admin(model))
@@ -38,7 +39,7 @@ def test_it_registers_every_model_of_the_service():
 
 
 def test_it_classifies_the_records_as_documented():
-    assert set(LEDGERED) == {Task, Skill, LiabilityBinding}
+    assert set(LEDGERED) == {Task, Skill, LiabilityBinding, ApprovalWebhook}
     assert LedgerEvent in IMMUTABLE
     assert {label(m) for m in IMMUTABLE} >= {"core.LedgerEvent", "core.LedgerHead", "execution.Receipt",
                                              "execution.ActionEnvelope", "decision.Approval", "decision.Decision",
@@ -121,6 +122,8 @@ FORMS = {
     LiabilityBinding: ({"binding_id": "lb_by_admin", "root_principal": "acme", "agent_id": "agent-7",
                         "liable_party": "acme", "coverage_currency": "USD", "coverage_amount": "1000",
                         "expires_at_0": "", "expires_at_1": ""}, "liable_party", "acme insurance"),
+    ApprovalWebhook: ({"root_principal": "acme", "url": "https://hooks.acme.example/approvals", "is_active": "on"},
+                      "url", "https://hooks.acme.example/approvals-v2"),
 }
 
 

@@ -27,7 +27,15 @@ from core.models import (
     StaffTenancy,
 )
 from core.services import checkpoint_create
-from decision.models import Approval, Backtest, Context, Escalation, EvidenceBundle
+from decision.models import (
+    Approval,
+    ApprovalNotificationAttempt,
+    ApprovalWebhook,
+    Backtest,
+    Context,
+    Escalation,
+    EvidenceBundle,
+)
 from execution.models import ActionEnvelope, CallbackAttempt, Operation, Payment, Receipt
 from registry.models import Freeze, Revocation
 from tests.execution.factories import World, make_delegation, make_full_world
@@ -107,6 +115,9 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
                                           status="published", created_at=now, published_at=now)
     attempt = CallbackAttempt.objects.create(operation=operation, attempt=1, url="https://callback.example/hook",
                                              status="delivered", response_status=200, attempted_at=now)
+    webhook = ApprovalWebhook.objects.create(root_principal=tenant, url="https://hooks.example/approvals")
+    notice = ApprovalNotificationAttempt.objects.create(decision=world.decision, attempt=1, url=webhook.url,
+                                                        status="delivered", response_status=200, attempted_at=now)
     idempotency = IdempotencyRecord.objects.create(
         client_id="test-client", method="POST", path="/agp/tasks", key=new_id("idem"), fingerprint="0" * 64,
         response_status=201, response_body=b'{"ok": true}', created_at=now,
@@ -133,7 +144,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
                    world.binding, revocation, freeze, context, bundle, world.evaluation, backtest, world.decision,
                    world.assessment, world.approval, escalation, world.session, envelope, operation, receipt, payment,
                    outbox, attempt, idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user,
-                   checkpoint, MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1), tenancy):
+                   checkpoint, MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1), tenancy, webhook, notice):
         rows[type(record)] = record
     return AdminWorld(world=world, envelope=envelope, operation=operation, receipt=receipt, payment=payment,
                       grandchild=grandchild, events=events, rows=rows)

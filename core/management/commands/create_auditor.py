@@ -1,13 +1,10 @@
 """``manage.py create_auditor``: a Django admin user who can view every record and change none."""
 
-import getpass
-import secrets
-import sys
-
 from django.core.management.base import BaseCommand, CommandError
 
 from agp_project import errors
 from core.auditors import AUDITORS_GROUP, auditor_create
+from core.management.passwords import GENERATE_HELP, PASSWORD_HELP, password_from_options
 
 
 class Command(BaseCommand):
@@ -23,13 +20,11 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", dest="tenants", action="append", default=[], metavar="ROOT_PRINCIPAL",
                             help="a tenant (root principal) whose records alone the auditor sees; repeat for "
                                  "several; none: every tenant")
-        parser.add_argument("--password", help="the password (visible in the process list: prefer the prompt "
-                                               "or a generated one)")
-        parser.add_argument("--generate-password", action="store_true",
-                            help="generate a password and print it, even on a terminal")
+        parser.add_argument("--password", help=PASSWORD_HELP)
+        parser.add_argument("--generate-password", action="store_true", help=GENERATE_HELP)
 
     def handle(self, *args, **options):
-        password, generated = self._password(options)
+        password, generated = password_from_options(options)
         try:
             user = auditor_create(username=options["username"], password=password, email=options["email"],
                                   tenants=options["tenants"])
@@ -41,14 +36,3 @@ class Command(BaseCommand):
         if generated:
             self.stdout.write(f"password: {password}")
             self.stdout.write("it is shown only this once; the database keeps only its hash")
-
-    def _password(self, options) -> tuple[str, bool]:
-        if options["password"]:
-            return options["password"], False
-        if not options["generate_password"] and sys.stdin.isatty():
-            first = getpass.getpass("Password (empty to generate one): ")
-            if first:
-                if getpass.getpass("Password (again): ") != first:
-                    raise CommandError("the passwords do not match")
-                return first, False
-        return secrets.token_urlsafe(18), True
