@@ -11,10 +11,11 @@ from django.template.response import TemplateResponse
 
 from agp_project import errors
 from agp_project.ids import is_valid_id
-from core.admin_base import AuditorReadOnlyMixin
+from agp_project.tenancy import NO_TENANT
+from core.admin_base import AuditorReadOnlyMixin, ReadOnlyModelAdmin
 
 from .kinds import ClientKind
-from .models import Client
+from .models import Client, UsedJti
 from .scopes import ALL_SCOPES
 from .services import (
     client_bindings_problems,
@@ -164,3 +165,13 @@ class ClientAdmin(AuditorReadOnlyMixin, admin.ModelAdmin):
             return None
         return _secret_page(request, self.admin_site, client_id=client.client_id, secret=secret,
                             title=f"Secret of API client {client.client_id} rotated")
+
+
+@admin.register(UsedJti)
+class UsedJtiAdmin(ReadOnlyModelAdmin):
+    """Spent jtis of client assertions and DPoP proofs, kept until what carried them expires."""
+
+    tenant_field = NO_TENANT  # hashes, not records
+    list_display = ("key", "expires_at")
+    date_hierarchy = "expires_at"
+    ordering = ("-expires_at",)

@@ -8,6 +8,7 @@ import pytest
 from django.contrib import admin
 from django.test import Client as DjangoClient
 
+from auth_tokens.models import UsedJti
 from core.admin_base import AuditorReadOnlyMixin
 from core.auditors import auditor_create
 from core.models import Checkpoint, LedgerHead, MerkleTile, MerkleTreeLock
@@ -16,7 +17,7 @@ from tests.admin.test_permissions import MODELS, label, url
 pytestmark = pytest.mark.django_db
 
 # Records that reveal hashes, not a tenant's records: every auditor sees them.
-HASHES = {LedgerHead, Checkpoint, MerkleTile, MerkleTreeLock}
+HASHES = {LedgerHead, Checkpoint, MerkleTile, MerkleTreeLock, UsedJti}
 
 
 def bound_auditor(username: str, tenants: list[str]) -> DjangoClient:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agp_project.canonical import content_hash
 from agp_project.ids import new_id
-from auth_tokens.models import Client
+from auth_tokens.models import Client, UsedJti
 from core.ledger import ledger_append
 from core.models import (
     IdempotencyRecord,
@@ -122,6 +122,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
         client_id="test-client", method="POST", path="/agp/tasks", key=new_id("idem"), fingerprint="0" * 64,
         response_status=201, response_body=b'{"ok": true}', created_at=now,
         expires_at=now + timedelta(days=1))
+    used_jti = UsedJti.objects.create(key="0" * 64, expires_at=now + timedelta(minutes=5))
     client, _ = Client.objects.get_or_create(client_id=f"client-{tag}", defaults={"scopes": ["agp.registry.read"], "kind": "operator"})
     with transaction.atomic():
         events = [
@@ -144,7 +145,8 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
                    world.binding, revocation, freeze, context, bundle, world.evaluation, backtest, world.decision,
                    world.assessment, world.approval, escalation, world.session, envelope, operation, receipt, payment,
                    outbox, attempt, idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user,
-                   checkpoint, MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1), tenancy, webhook, notice):
+                   checkpoint, MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1), tenancy, webhook, notice,
+                   used_jti):
         rows[type(record)] = record
     return AdminWorld(world=world, envelope=envelope, operation=operation, receipt=receipt, payment=payment,
                       grandchild=grandchild, events=events, rows=rows)
