@@ -33,7 +33,7 @@ AUTH_SECRET = "test-auth-secret-0123456789abcdef0123456789abcdef"
 
 OWNED_REDIS = pytest.StashKey[OwnedDatabase]()
 # Fixtures that start a process (or need one a session fixture started): their tests are `system`.
-PROCESS_FIXTURES = {"redis_url", "mcp_servers", "live_agp", "run_server", "stack", "agp_url", "browser"}
+PROCESS_FIXTURES = {"redis_url", "mcp_servers", "live_agp", "live_log", "run_server", "stack", "agp_url", "browser"}
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences",
                      "django_db_serialized_rollback"}
 

@@ -39,7 +39,7 @@ from tests.execution.factories import make_world
 from tests.execution.worker import test_broker, worker_factory  # noqa: F401
 from tests.redis_server import RedisServer
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.system, pytest.mark.postgres]
 
 
 def wait_for(predicate, *, timeout=15.0, message="condition"):
