@@ -21,6 +21,7 @@ from tests.execution.worker import (  # noqa: F401
     poll_until_ended,
     submit_async,
     test_broker,
+    wait_for,
     worker_db,
 )
 
@@ -75,7 +76,12 @@ def test_it_keeps_its_database_connection_between_tasks_and_recovers_when_it_is_
             return set(cursor.fetchall())
 
     first = poll_until_ended(api, submit_async(api, make_world().envelope_request())["operation_id"], module_worker)
-    kept = worker_backends()
+    # Both pool processes have run a task (beat's recovery runs every second) and opened their connection.
+    def all_connected():
+        backends = worker_backends()
+        return backends if len(backends) >= module_worker.concurrency else None
+
+    kept = wait_for(all_connected, message="both pool processes to connect", worker=module_worker)
     second = poll_until_ended(api, submit_async(api, make_world().envelope_request())["operation_id"], module_worker)
     # Celery's Django fixup would open a new backend for every task; the worker keeps its own.
     assert (first["status"], second["status"]) == ("succeeded", "succeeded")
