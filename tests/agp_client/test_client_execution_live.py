@@ -1,10 +1,12 @@
 """The client library drives a whole execution: validate, submit, wait on the Operation,
 read the signed receipt, replay. A live gunicorn server and a real Celery worker share the
-PostgreSQL test database and a Redis broker queue of this test session."""
+PostgreSQL test database and a Redis broker queue of this test session. A refused envelope's
+PrerequisiteFailedError is tests/agp_client/test_client_units.py's, the refusal itself
+tests/execution/test_checks.py's."""
 
 import pytest
 
-from agp_client import AGPClient, ConflictError, PrerequisiteFailedError
+from agp_client import AGPClient, ConflictError
 from agp_project.signing import get_signer
 from execution.models import Receipt
 from tests.execution.factories import make_full_world
@@ -53,14 +55,3 @@ def test_it_submits_an_envelope_and_waits_for_its_signed_receipt(executing_agp):
         replay = client.replay(body["action_id"])
         assert replay["original"]["verdict"] == "cleared" and replay["matches"] is True
     assert Receipt.objects.filter(action_id=body["action_id"]).count() == 1
-
-
-def test_it_raises_the_failed_checks_of_a_refused_envelope(executing_agp):
-    world = make_full_world()
-    body = world.envelope_request(capability_token_ref="cap-does-not-exist")
-    with AGPClient(executing_agp.url, client_id=CLIENT_ID, client_secret=CLIENT_SECRET, backoff=0.1) as client:
-        with pytest.raises(PrerequisiteFailedError) as refused:
-            client.action_envelopes.submit(**body)
-    assert refused.value.status == 422
-    assert any("capab" in check["check"] for check in refused.value.failed_checks), refused.value.failed_checks
-    assert not Receipt.objects.filter(action_id=body["action_id"]).exists()

@@ -1,7 +1,7 @@
-"""One call per governed action end to end with a real Celery worker (tests/execution/worker.py): the
-REST one call executed by the worker, and a plain function governed by ``agp.govern`` (the
-``external`` connector: the worker hands the action back, the function runs, its receipt is
-posted with the output's hash)."""
+"""A plain function governed by ``agp.govern`` end to end with a real Celery worker
+(tests/execution/worker.py): the ``external`` connector, the worker hands the action back, the
+function runs, its receipt is posted with the output's hash. The REST one call's execution is
+tests/execution/test_one_call.py's, in process."""
 
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -70,21 +70,6 @@ def agent(agp_url):
                                 policy_set_id=policy_set["policy_set_id"])
     api.operator = operator
     return api
-
-
-def test_the_rest_one_call_is_evaluated_decided_and_executed_by_the_worker(agent):
-    operation = agent.action_envelopes.submit(task_id=agent.task["task_id"], tool_id="crm", operation="update",
-                                              parameters={"amount": 5},
-                                              capability_token_ref=next(agent.capabilities.list(tool_id="crm"))[
-                                                  "capability_id"])
-
-    done = agent.operations.wait(operation, timeout=60, poll_interval=0.1)
-
-    assert done["status"] == "succeeded", done
-    receipt = next(agent.receipts.list(operation_id=done["operation_id"]))
-    assert receipt["governance"]["decision_id"] == operation["decision_ref"]
-    assert receipt["governance"]["evaluation_id"] == operation["policy_decision_ref"]
-    assert agent.decisions.get(operation["decision_ref"])["decided_by"] == "policy"
 
 
 def test_a_governed_function_runs_once_cleared_and_its_receipt_holds_the_outputs_hash(agent):

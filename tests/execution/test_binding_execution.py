@@ -3,8 +3,9 @@
 An accepted envelope is checked again when a worker claims it (``operation_execute``, the
 body of ``agp.execute_operation``), by the same rules: when a record it cites changed
 between acceptance and execution so that it no longer governs this action or this agent,
-the operation fails naming the check, and nothing reaches the tool.
-tests/execution/test_binding_worker.py does the same with a real Celery worker.
+the operation fails naming the check, and nothing reaches the tool. (No worker test repeats
+this: the worker runs the same ``operation_execute``; tests/execution/test_worker.py is the one
+end-to-end path through a real worker.)
 """
 
 from decimal import Decimal

@@ -1,11 +1,12 @@
 """Signed callbacks when an operation ends (CONTRACT C8): signature, attempts, retries, SSRF.
 
-The first part drives ``callback_deliver`` in process; the second lets a real worker
-deliver to a receiver listening in the test process (PostgreSQL and Redis).
+The first part drives ``callback_deliver`` in process (retries, backoff, a receiver that is
+down); the second is the one end-to-end delivery by a real worker to a receiver listening in
+the test process (PostgreSQL and Redis). A receiver that hangs while the worker goes on
+executing: tests/reliability/test_dead_receiver.py.
 """
 
 import re
-import time
 from datetime import timedelta
 
 import pytest
@@ -126,6 +127,33 @@ def test_it_retries_with_exponential_backoff_and_records_every_attempt(ended, re
     assert (third.outcome, third.retry_in) == ("delivered", None)
     assert attempts(ended) == [(1, "failed", 500), (2, "failed", 503), (3, "delivered", 204)]
     assert CallbackAttempt.objects.get(operation_id=ended, attempt=1).error == "HTTP 500"
+    # The same body each time, signed at each sending.
+    assert len(receiver.requests) == 3 and all(r.body == receiver.requests[0].body for r in receiver.requests)
+    assert all(callback_signature_verify(header=r.headers["AGP-Signature"], body=r.body, secret=SECRET)
+               for r in receiver.requests)
+    assert ledger_event_types(ended)[-1] == "callback.delivered"
+
+
+def test_the_task_schedules_the_next_attempt_after_the_backoff(ended, receiver, monkeypatch):
+    from execution.tasks import deliver_callback
+
+    class Scheduled(Exception):
+        pass
+
+    scheduled = []
+
+    def retry(**options):
+        scheduled.append(options["countdown"])
+        return Scheduled()
+
+    monkeypatch.setattr(deliver_callback, "retry", retry)
+    receiver.answer((500,), (200,))
+
+    with pytest.raises(Scheduled):
+        deliver_callback.run(ended)
+    assert scheduled == [2]  # a new message with a countdown, not a wait in the worker's slot
+    assert deliver_callback.run(ended) == "delivered"
+    assert scheduled == [2]
 
 
 def test_it_gives_up_after_the_last_attempt(ended, receiver):
@@ -162,6 +190,8 @@ def test_it_records_a_receiver_that_is_down(ended, receiver):
     assert outcome.outcome == "retry"
     [attempt] = CallbackAttempt.objects.filter(operation_id=ended)
     assert attempt.status == "failed" and "ConnectionError" in attempt.error
+    assert "callback.delivered" not in ledger_event_types(ended)
+    assert Operation.objects.get(operation_id=ended).status == "succeeded"  # the operation's end stands
 
 
 def test_it_sends_nothing_for_an_operation_without_callback_or_not_ended(api, db):
@@ -198,48 +228,6 @@ def test_it_delivers_the_ended_operation_to_a_local_receiver(api, live, receiver
     assert callback_signature_verify(header=request.headers["AGP-Signature"], body=request.body,
                                      secret=django_settings.AGP_CALLBACK_SECRET)
     wait_for(lambda: attempts(operation_id) == [(1, "delivered", 200)], message="the attempt record", worker=live)
-
-
-@pytest.mark.postgres
-def test_it_delivers_on_the_third_attempt_to_a_receiver_that_failed_twice(api, live, receiver):
-    receiver.answer((500,), (502,), (200,))
-    world = make_world()
-    operation_id = submit_async(api, world.envelope_request(callback_url=receiver.url("/flaky")))["operation_id"]
-    poll_until_ended(api, operation_id, live)
-
-    wait_for(lambda: len(receiver.requests) == 3, timeout=30, message="three callback attempts", worker=live)
-    wait_for(lambda: attempts(operation_id) == [(1, "failed", 500), (2, "failed", 502), (3, "delivered", 200)],
-             message="three attempt records", worker=live)
-    first, second, third = (CallbackAttempt.objects.get(operation_id=operation_id, attempt=n).attempted_at
-                            for n in (1, 2, 3))
-    # Backoff with base 1 s: about 1 s, then about 2 s, between attempts.
-    assert (second - first).total_seconds() >= 0.9
-    assert (third - second).total_seconds() >= 1.9
-    assert len({r.headers["AGP-Signature"] for r in receiver.requests}) >= 2  # signed at each sending
-    assert all(r.body == receiver.requests[0].body for r in receiver.requests)
-    assert ledger_event_types(operation_id)[-1] == "callback.delivered"
-
-
-@pytest.mark.postgres
-def test_it_keeps_executing_while_a_receiver_is_down(api, live, receiver):
-    dead_url = receiver.url("/gone")
-    receiver.server.shutdown()
-    receiver.server.server_close()
-    world = make_world()
-    started = time.monotonic()
-    stuck = submit_async(api, world.envelope_request(callback_url=dead_url))["operation_id"]
-    others = [submit_async(api, world.envelope_request())["operation_id"] for _ in range(3)]
-
-    assert poll_until_ended(api, stuck, live)["status"] == "succeeded"
-    assert all(poll_until_ended(api, op, live)["status"] == "succeeded" for op in others)
-    assert time.monotonic() - started < 20
-    # An attempt is recorded "pending" before it is sent: count only the finished ones.
-    def finished():
-        return [status for _, status, _ in attempts(stuck) if status != "pending"]
-
-    wait_for(lambda: finished().count("failed") >= 2, message="retried callback attempts", worker=live)
-    assert "delivered" not in finished()
-    assert Operation.objects.get(operation_id=stuck).status == "succeeded"
 
 
 # --- recovery of lost retry messages ------------------------------------------------------------

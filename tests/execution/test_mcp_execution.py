@@ -1,7 +1,7 @@
 """Governed tool calls on an MCP server, in process (CONTRACT C16): check 3 and the runner.
 
-The same runner runs inside the Celery worker (tests/execution/test_mcp_worker.py); here
-each step is driven directly. The MCP server is real (tests/mcp_server.py).
+The same runner runs inside the Celery worker (tests/execution/test_mcp_worker.py, the one
+end-to-end path); here each step is driven directly. The MCP server is real (tests/mcp_server.py).
 """
 
 from datetime import timedelta
@@ -147,6 +147,38 @@ def test_a_changed_tool_fails_the_operation_closed(api, local_mcp, mcp_servers):
     assert Receipt.objects.get(operation_id=operation_id).status == "failed"
     assert ActionEnvelope.objects.get(action_id=operation.envelope_id).status == "failed"
     assert server.calls() == []
+
+    # A reviewer accepts the change: a new skill version re-pins the server's tools, and the tool runs again.
+    repinned = api.post("/agp/skills", {"agent_id": world.agent_id, "name": "CRM over MCP", "version": "3",
+                                        "tool_id": world.tool_id, "connector": "mcp", "endpoint_url": server.url,
+                                        "supersedes": world.skill.skill_id}, format="json")
+    assert repinned.status_code == 201, repinned.content
+    assert pin_of(repinned.json()["tool_pins"], "lookup_customer") != pin_of(world.skill.tool_pins, "lookup_customer")
+    again = submit_async(api, world.bound_request(parameters=LOOKUP))["operation_id"]
+
+    assert operation_execute(operation_id=again, executor="worker-a") == "succeeded"
+
+    assert server.calls() == [{"tool": "lookup_customer", "arguments": LOOKUP}]
+    running = LedgerEvent.objects.get(resource_id=again, event_type="operation.running")
+    assert running.payload["skill_id"] == repinned.json()["skill_id"]
+
+
+def pin_of(tool_pins, name):
+    return next(pin["definition_hash"] for pin in tool_pins if pin["name"] == name)
+
+
+def test_a_tool_error_fails_the_operation_with_the_tools_message(api, local_mcp, mcp_servers):
+    server = mcp_servers.start()
+    world = make_mcp_world(server.url, operation="issue_refund")
+    operation_id = submit_async(api, world.bound_request(parameters={"amount": 500}))["operation_id"]
+
+    assert operation_execute(operation_id=operation_id, executor="worker-a") == "failed"
+
+    operation = Operation.objects.get(operation_id=operation_id)
+    assert operation.error["code"] == "AGP_EXECUTION_FAILED"
+    assert "refund refused: amount 500 is over the limit of 100" in operation.error["details"]["text"]
+    assert Receipt.objects.get(operation_id=operation_id).status == "failed"
+    assert server.calls() == [{"tool": "issue_refund", "arguments": {"amount": 500}}]
 
 
 def test_a_taken_over_mcp_operation_fails_instead_of_calling_the_tool_again(api, local_mcp, mcp_servers):

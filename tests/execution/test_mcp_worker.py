@@ -3,6 +3,9 @@
 The MCP server is the official SDK's (tests/mcp_server.py, a subprocess on a loopback
 port) and records every call it receives; the worker is ``celery worker`` in a subprocess
 on PostgreSQL and Redis (tests/execution/worker.py). Registration goes through the API.
+
+The one end-to-end path; a tool's error, a changed tool and its re-pinning are the runner's,
+tested in process in tests/execution/test_mcp_execution.py.
 """
 
 import hashlib
@@ -11,19 +14,16 @@ import pytest
 import rfc8785
 
 from agp_project.signing import verify_resource
-from core.models import LedgerEvent
 from execution.models import Operation
-from registry.models import Skill
 from tests.execution.factories import make_world
 from tests.execution.worker import (  # noqa: F401
-    ledger_event_types,
     module_worker,
     poll_until_ended,
     submit_async,
     test_broker,
     worker_db,
 )
-from tests.mcp_server import CHANGED_DESCRIPTION, mcp_servers  # noqa: F401
+from tests.mcp_server import mcp_servers  # noqa: F401
 
 pytestmark = pytest.mark.postgres
 
@@ -74,50 +74,3 @@ def test_a_governed_call_runs_the_pinned_tool_and_its_receipt_hashes_the_tool_re
     assert verify_resource(receipt, api.get("/.well-known/jwks.json").json())
     assert server.calls() == [{"tool": "lookup_customer", "arguments": LOOKUP}]
     assert Operation.objects.get(operation_id=final["operation_id"]).connector == "mcp"
-
-
-def test_a_tool_error_fails_the_operation_with_the_tools_message(
-        api, local_mcp, module_worker, worker_db, mcp_servers):
-    server = mcp_servers.start()
-    world = make_world(operation="issue_refund")
-    register_mcp_skill(api, world, server, supersedes=world.skill.skill_id)
-
-    final = run(api, world, module_worker, {"amount": 500})
-
-    assert final["status"] == "failed", final
-    assert final["error"]["code"] == "AGP_EXECUTION_FAILED"
-    assert "refund refused: amount 500 is over the limit of 100" in final["error"]["details"]["text"]
-    assert server.calls() == [{"tool": "issue_refund", "arguments": {"amount": 500}}]
-    [receipt] = api.get("/agp/receipts", {"operation_id": final["operation_id"]}).json()["items"]
-    assert receipt["status"] == "failed"
-
-
-def test_a_changed_tool_fails_closed_without_a_call_and_a_re_pinned_skill_runs_again(
-        api, local_mcp, module_worker, worker_db, mcp_servers):
-    server = mcp_servers.start()
-    world = make_world(operation="lookup_customer")
-    first_skill = register_mcp_skill(api, world, server, supersedes=world.skill.skill_id)
-    assert run(api, world, module_worker, LOOKUP)["status"] == "succeeded"
-    assert len(server.calls()) == 1
-
-    # The server's owner changes the tool's description (a "rug pull") and restarts it.
-    server.restart(description=CHANGED_DESCRIPTION)
-    changed = run(api, world, module_worker, LOOKUP)
-
-    assert changed["status"] == "failed", changed
-    assert changed["error"]["code"] == "AGP_TOOL_CHANGED"
-    assert changed["error"]["details"]["tool"] == "lookup_customer"
-    assert changed["error"]["details"]["pinned"] != changed["error"]["details"]["current"]
-    assert len(server.calls()) == 1  # the changed tool was not called
-
-    # A reviewer accepts the change: a new skill version re-pins the server's tools.
-    second_skill = register_mcp_skill(api, world, server, supersedes=first_skill["skill_id"])
-    assert second_skill["tool_pins"] != first_skill["tool_pins"]
-    assert Skill.objects.get(skill_id=first_skill["skill_id"]).status == "superseded"
-    again = run(api, world, module_worker, LOOKUP)
-
-    assert again["status"] == "succeeded", again
-    assert server.calls() == [{"tool": "lookup_customer", "arguments": LOOKUP}] * 2
-    running = LedgerEvent.objects.get(resource_id=again["operation_id"], event_type="operation.running")
-    assert running.payload["skill_id"] == second_skill["skill_id"]
-    assert ledger_event_types(first_skill["skill_id"]) == ["skill.created", "skill.superseded"]

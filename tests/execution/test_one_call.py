@@ -8,7 +8,8 @@ from django.utils import timezone
 
 from core.models import LedgerEvent
 from decision.models import Approval, Decision, PolicyEvaluation
-from execution.models import ActionEnvelope, Operation
+from execution.models import ActionEnvelope, Operation, Receipt
+from execution.runner import operation_execute
 from registry.models import Freeze, Task
 from tests.execution.factories import governed_by_policy, make_world, one_call_request
 
@@ -63,7 +64,13 @@ def test_with_respond_async_it_accepts_the_envelope_and_names_the_records_it_mad
     envelope = ActionEnvelope.objects.get()
     assert (envelope.decision_ref, envelope.policy_decision_ref) == (body["decision_ref"], body["policy_decision_ref"])
     assert Operation.objects.get(operation_id=body["operation_id"]).status == "pending"
-    assert Decision.objects.get(decision_id=body["decision_ref"]).status == "finalised"
+    decision = Decision.objects.get(decision_id=body["decision_ref"])
+    assert (decision.status, decision.decided_by) == ("finalised", "policy")
+    # Executed, its receipt names the decision and the evaluation the one call made.
+    assert operation_execute(operation_id=body["operation_id"], executor="worker-a") == "succeeded"
+    governance = Receipt.objects.get(operation_id=body["operation_id"]).governance
+    assert (governance["decision_id"], governance["evaluation_id"]) == (body["decision_ref"],
+                                                                        body["policy_decision_ref"])
 
 
 def test_a_policy_that_does_not_allow_records_a_final_deny_and_refuses_the_call(api):

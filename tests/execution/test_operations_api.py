@@ -384,3 +384,39 @@ def test_it_needs_the_execution_write_scope_to_post_a_receipt(api, db, make_toke
     accepted = api.post("/agp/receipts", body, format="json")
     assert accepted.status_code == 201
     assert accepted.json()["executor"] == "test-client"
+
+
+def test_only_the_bound_executor_may_post_an_external_receipt(api, db, make_token):
+    def as_client(client_id):
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(client_id=client_id)}")
+
+    def awaiting_receipt(world):
+        as_client("submitter")
+        operation_id = accept(api, world)["operation_id"]
+        assert run(operation_id) == "awaiting_receipt"
+        return operation_id, Operation.objects.get(operation_id=operation_id).envelope_id
+
+    # No executor named on the skill: the client that submitted the envelope.
+    operation_id, action_id = awaiting_receipt(make_world(connector="external"))
+    body = {"action_id": action_id, "operation_id": operation_id, "status": "succeeded",
+            "result": {"made": "up"}, "executor": "the-real-tool"}
+    as_client("intruder")
+    forged = api.post("/agp/receipts", body, format="json")
+    assert forged.status_code == 403 and forged.json()["error"]["code"] == "AGP_FORBIDDEN"
+    assert Operation.objects.get(operation_id=operation_id).status == "running"
+    assert not Receipt.objects.filter(operation_id=operation_id).exists()
+    as_client("submitter")
+    genuine = api.post("/agp/receipts", {**body, "result": {"ticket": 7}}, format="json")
+    assert genuine.status_code == 201, genuine.content
+    assert (genuine.json()["posted_by"], genuine.json()["executor"]) == ("submitter", "the-real-tool")
+    assert verify_resource(genuine.json(), jwks(api))
+    assert Receipt.objects.get(operation_id=operation_id).posted_by == "submitter"
+
+    # The skill names its executor: only that client, not even the submitter.
+    operation_id, action_id = awaiting_receipt(make_world(connector="external", executor_client_id="robot"))
+    body = {"action_id": action_id, "operation_id": operation_id, "status": "succeeded"}
+    refused = api.post("/agp/receipts", body, format="json")
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "AGP_FORBIDDEN"
+    as_client("robot")
+    assert api.post("/agp/receipts", body, format="json").status_code == 201
+    assert Receipt.objects.get(operation_id=operation_id).posted_by == "robot"

@@ -1,7 +1,7 @@
 """The execution service in process (execution/runner.py): claims, leases, fencing, fail closed, recovery.
 
-The same code runs inside the Celery worker (tests/execution/test_worker.py); here each
-step is driven directly so every branch is reachable on SQLite and PostgreSQL alike.
+The same code runs inside the Celery worker (tests/execution/test_worker.py, its one end-to-end
+path); here each step is driven directly so every branch is reachable on SQLite and PostgreSQL alike.
 """
 
 import time
@@ -14,7 +14,9 @@ from django.utils import timezone
 from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.signing import get_signer, verify_resource
+from core.ledger import ledger_verify
 from core.models import OutboxMessage
+from core.outbox import outbox_sweep
 from decision.models import CommerceSession
 from execution import connectors
 from execution.models import ActionEnvelope, Operation, Payment, Receipt
@@ -30,7 +32,13 @@ from execution.serializers_operations import ReceiptSerializer
 from registry.models import Capability, Task
 from tests.execution.factories import make_world
 from tests.execution.receiver import receiver  # noqa: F401
-from tests.execution.worker import ledger_event_types, submit_async, test_broker, worker_db  # noqa: F401
+from tests.execution.worker import (  # noqa: F401
+    ledger_event_types,
+    publishing_fails,
+    submit_async,
+    test_broker,
+    worker_db,
+)
 
 
 def jwks():
@@ -249,6 +257,49 @@ def test_it_re_enqueues_stalled_operations_once_per_period(api, db, settings):
     after = {op: messages(op) for op in (lost, dead, alive, fresh)}
     assert {op: after[op] - before[op] for op in after} == {lost: 1, dead: 1, alive: 0, fresh: 0}
     assert operations_recover() == 0  # nudged: not again before the period has passed
+    # The message whose first one was lost runs the operation once.
+    assert operation_execute(operation_id=lost, executor="worker-a") == "succeeded"
+    assert Operation.objects.get(operation_id=lost).attempts == 1
+
+
+def test_the_sweep_publishes_what_a_failed_publish_after_the_commit_left_in_the_outbox(api, db):
+    # The on-commit publish fails (as if the web process died right after its commit).
+    with publishing_fails():
+        operation_id = accept(api, make_world())
+    message = OutboxMessage.objects.get(task_name="agp.execute_operation", status="pending")
+    assert message.args == [operation_id]
+    assert outbox_sweep() == 0  # younger than the sweep's grace: its own publish may still come
+
+    OutboxMessage.objects.filter(pk=message.pk).update(created_at=timezone.now() - timedelta(minutes=1))
+    assert outbox_sweep() == 1
+
+    assert OutboxMessage.objects.get(pk=message.pk).status == "published"
+    assert outbox_sweep() == 0
+    assert operation_execute(operation_id=operation_id, executor="worker-a") == "succeeded"
+    assert Receipt.objects.filter(operation_id=operation_id).count() == 1
+
+
+def test_it_fails_an_operation_whose_delegation_was_revoked_before_a_worker_ran_it(api, db):
+    world = make_world(action_class="transact")
+    operation_id = accept(api, world)
+    revoked = api.post("/agp/revocations", {"target_type": "delegation", "target_id": world.delegation.delegation_id,
+                                            "reason": "compromised agent", "revoked_by": world.root_principal},
+                       format="json")
+    assert revoked.status_code == 201, revoked.content
+
+    assert operation_execute(operation_id=operation_id, executor="worker-a") == "failed"
+
+    operation = Operation.objects.get(operation_id=operation_id)
+    assert operation.status == "failed" and operation.started_at is None
+    assert operation.error["code"] == "AGP_PREREQUISITE_FAILED"
+    assert operation.error["retryable"] is False
+    assert "delegation" in {item["check"] for item in operation.error["details"]["failed_checks"]}
+    assert not Receipt.objects.filter(operation_id=operation_id).exists()  # nothing executed
+    assert Payment.objects.get(envelope_id=operation.envelope_id).status == "released"
+    assert session_amounts(world) == (Decimal("0"), Decimal("0"))
+    assert ActionEnvelope.objects.get(action_id=operation.envelope_id).status == "failed"
+    assert ledger_event_types(operation_id) == ["operation.created", "operation.failed"]
+    assert ledger_verify().verified
 
 
 @pytest.mark.postgres

@@ -1,4 +1,7 @@
-"""A worker that is not there yet, or dies mid-execution (CONTRACT C8): real worker processes.
+"""A worker that dies mid-execution (CONTRACT C8): real worker processes, killed.
+
+An operation whose prerequisite broke before any worker ran it (a revoked delegation) is
+tests/execution/test_runner.py's, in process.
 
 Each test starts (and kills) its own workers, so no shared worker may run in this module.
 
@@ -18,7 +21,7 @@ import pytest
 
 from core.ledger import ledger_verify
 from decision.models import CommerceSession
-from execution.models import ActionEnvelope, Operation, Payment, Receipt
+from execution.models import Operation, Payment, Receipt
 from tests.execution.factories import make_world
 from tests.execution.worker import (  # noqa: F401
     ledger_event_types,
@@ -31,35 +34,6 @@ from tests.execution.worker import (  # noqa: F401
 )
 
 pytestmark = pytest.mark.postgres
-
-
-def test_it_fails_an_operation_whose_delegation_is_revoked_before_a_worker_runs_it(api, worker_factory, worker_db):
-    world = make_world(action_class="transact")
-    accepted = submit_async(api, world.envelope_request())  # no worker yet: the message waits in the broker
-    operation_id = accepted["operation_id"]
-    revoked = api.post("/agp/revocations", {"target_type": "delegation", "target_id": world.delegation.delegation_id,
-                                            "reason": "compromised agent", "revoked_by": world.root_principal},
-                       format="json")
-    assert revoked.status_code == 201, revoked.content
-
-    worker = worker_factory.start()
-    final = poll_until_ended(api, operation_id, worker)
-
-    assert final["status"] == "failed"
-    assert final["error"]["code"] == "AGP_PREREQUISITE_FAILED"
-    assert final["error"]["retryable"] is False
-    failed_checks = {item["check"] for item in final["error"]["details"]["failed_checks"]}
-    assert "delegation" in failed_checks
-    assert not Receipt.objects.filter(operation_id=operation_id).exists()  # nothing executed
-    operation = Operation.objects.get(operation_id=operation_id)
-    assert operation.started_at is None
-    action_id = operation.envelope_id
-    assert Payment.objects.get(envelope_id=action_id).status == "released"
-    session = CommerceSession.objects.get(session_id=world.session.session_id)
-    assert (session.spent_amount, session.reserved_amount) == (Decimal("0"), Decimal("0"))
-    assert ActionEnvelope.objects.get(action_id=action_id).status == "failed"
-    assert ledger_event_types(operation_id) == ["operation.created", "operation.failed"]
-    assert ledger_verify().verified
 
 
 def test_it_finishes_exactly_once_after_the_worker_is_killed_mid_execution(api, worker_factory, worker_db):

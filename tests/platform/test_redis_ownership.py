@@ -29,7 +29,7 @@ BROKER_ONLY_HEAVY = (
     "tests/reliability/test_dead_receiver.py", "tests/execution/test_freeze_worker.py",
     "tests/execution/test_mcp_worker.py", "tests/decision/test_backtest_worker.py",
     "tests/platform/test_checkpoints.py", "tests/platform/test_operating_live.py",
-    "tests/agp_client/test_client_execution_live.py", "tests/execution/test_binding_worker.py",
+    "tests/agp_client/test_client_execution_live.py",
     "tests/execution/test_callbacks.py", "tests/execution/test_mcp_example.py", "tests/execution/test_runner.py",
 )
 WRITES = ("set", "setex", "incr", "incrby", "lpush", "rpush", "sadd", "zadd", "hset")

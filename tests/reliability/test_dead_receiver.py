@@ -1,8 +1,8 @@
 """A callback receiver that accepts connections and never answers (blackholed) blocks nothing.
 
-The receiver that refuses connections is tests/execution/test_callbacks.py
-(test_it_keeps_executing_while_a_receiver_is_down); this one hangs instead, the worse case
-for a worker: each attempt ends at AGP_CALLBACK_TIMEOUT_SECONDS (2 s for test workers), the
+The receiver that refuses connections is tests/execution/test_callbacks.py's, in process
+(test_it_records_a_receiver_that_is_down); this one hangs instead, the worse case for a
+worker: each attempt ends at AGP_CALLBACK_TIMEOUT_SECONDS (2 s for test workers), the
 operation has already ended, and other operations keep executing meanwhile.
 """
 

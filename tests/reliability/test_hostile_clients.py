@@ -6,6 +6,8 @@ One test (or one parametrised family) per finding of the red-team run (docs/secu
 ledger row, lax money, malformed JSON, the token audience, the Host header, admin login
 brute force, ambiguous tool ids, chunked bodies, gunicorn's own limits, a back-dated
 impact assessment. The worker-kill measurement is in tests/execution/test_worker_recovery.py.
+Another client's receipt for an external operation is refused by the view, with no worker needed:
+tests/execution/test_operations_api.py (test_only_the_bound_executor_may_post_an_external_receipt).
 """
 
 import json
@@ -30,7 +32,7 @@ from agp_client import numbers
 from agp_project.canonical import content_hash
 from core.models import LedgerEvent
 from decision.models import CommerceSession, Decision
-from execution.models import ActionEnvelope, Operation, Payment, Receipt
+from execution.models import ActionEnvelope, Operation, Payment
 from registry.documents import delegation_link_payload
 from registry.models import Capability, Skill, Task
 from tests.agp_client.server import REPO
@@ -183,47 +185,7 @@ def test_twice_as_many_registrations_as_threads_against_a_silent_mcp_server_leav
     print(f"{len(latencies)} reads during the burst, slowest {max(latencies) * 1000:.0f} ms")
 
 
-# --- external operations: receipts and cancellation ----------------------------------------------------
-
-def _awaiting_receipt(stack, session, world) -> tuple[str, str]:
-    accepted = session.post(f"{stack.url}/agp/action-envelopes", json=world.bound_request(), timeout=30,
-                            headers={"Prefer": "respond-async"})
-    assert accepted.status_code == 202, accepted.text
-    operation_id = accepted.json()["operation_id"]
-    wait_for(lambda: Operation.objects.filter(operation_id=operation_id, status="running").exists(),
-             message="the worker to hand the operation to its executor")
-    return operation_id, Operation.objects.get(operation_id=operation_id).envelope_id
-
-
-def test_only_the_bound_executor_may_post_an_external_receipt(stack, as_client, worker_factory):  # noqa: F811
-    worker_factory.start()
-    submitter, intruder, robot = as_client("submitter"), as_client("intruder"), as_client("robot")
-    jwks = requests.get(f"{stack.url}/.well-known/jwks.json", timeout=10).json()
-
-    # No executor named on the skill: the client that submitted the envelope.
-    world = make_world(connector="external")
-    operation_id, action_id = _awaiting_receipt(stack, submitter, world)
-    body = {"action_id": action_id, "operation_id": operation_id, "status": "succeeded",
-            "result": {"made": "up"}, "executor": "the-real-tool"}
-    forged = intruder.post(f"{stack.url}/agp/receipts", json=body, timeout=30)
-    assert_envelope(forged, 403, "AGP_FORBIDDEN")
-    assert Operation.objects.get(operation_id=operation_id).status == "running"
-    assert not Receipt.objects.filter(operation_id=operation_id).exists()
-    genuine = submitter.post(f"{stack.url}/agp/receipts", json={**body, "result": {"ticket": 7}}, timeout=30)
-    assert genuine.status_code == 201, genuine.text
-    receipt = numbers.loads(genuine.content)
-    assert (receipt["posted_by"], receipt["executor"]) == ("submitter", "the-real-tool")
-    assert agp_client.verify_signature(receipt, jwks)
-    assert Receipt.objects.get(operation_id=operation_id).posted_by == "submitter"
-
-    # The skill names its executor: only that client, not even the submitter.
-    world = make_world(connector="external", executor_client_id="robot")
-    operation_id, action_id = _awaiting_receipt(stack, submitter, world)
-    body = {"action_id": action_id, "operation_id": operation_id, "status": "succeeded"}
-    assert_envelope(submitter.post(f"{stack.url}/agp/receipts", json=body, timeout=30), 403, "AGP_FORBIDDEN")
-    assert robot.post(f"{stack.url}/agp/receipts", json=body, timeout=30).status_code == 201
-    assert Receipt.objects.get(operation_id=operation_id).posted_by == "robot"
-
+# --- external operations: cancellation ----------------------------------------------------
 
 def test_cancelling_an_operation_needs_its_submitter_or_an_operator(stack, as_client):
     # No worker runs in this test: the operations stay pending.
