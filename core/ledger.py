@@ -132,12 +132,16 @@ def ledger_record(*, event_type: str, resource_type: str, resource_id: str, acto
     """Append one event that stands on its own (a validation, a refusal).
 
     Inside a transaction (a request made with an ``Idempotency-Key`` runs in one) it joins
-    it; otherwise it is a transaction of its own.
+    it; otherwise it is a transaction of its own: with the sequencer, one ``INSERT`` in
+    autocommit (durable when it returns; no ``BEGIN`` and ``COMMIT`` round trips).
     """
     event = {"event_type": event_type, "resource_type": resource_type, "resource_id": resource_id, "actor": actor,
              "payload": payload, "root_principal": root_principal}
     if connection.in_atomic_block:
         ledger_append(**event)
+        return
+    if ledger_sequenced():
+        _pg_pend([_Event.of(**{**event, "payload": payload or {}})])
         return
     with transaction.atomic():
         ledger_append(**event)
