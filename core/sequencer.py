@@ -79,27 +79,26 @@ def ledger_integrate(*, limit: int | None = None) -> int:
     batches and with events chained in their own transaction.
     """
     limit = limit or settings.AGP_LEDGER_SEQUENCER_BATCH
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            # Before anything that takes a transaction id of its own (the head's lock), so
-            # this transaction does not hold the horizon back for itself.
-            cursor.execute(_PG_TAKE, [limit])
-            rows = cursor.fetchall()
-            if not rows:
-                return 0
-            sequence, prev_hash = ledger_head_lock()
-            chained = []
-            for (pending_id, event_id, event_type, resource_type, resource_id, actor, payload_hash,
-                 recorded_at) in rows:
-                sequence += 1
-                event_hash = chain_hash(prev_hash, canonical_event(
-                    sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
-                    resource_id=resource_id, actor=actor, payload_hash=payload_hash, recorded_at=recorded_at))
-                chained.append({"id": pending_id, "sequence": sequence, "prev_hash": prev_hash, "hash": event_hash})
-                prev_hash = event_hash
-            cursor.execute(_PG_MOVE, [json.dumps(chained), sequence, prev_hash])
-            if cursor.rowcount != len(chained):
-                raise SequencerConflict(f"{len(chained)} events taken, {cursor.rowcount} moved")
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Before anything that takes a transaction id of its own (the head's lock), so
+        # this transaction does not hold the horizon back for itself.
+        cursor.execute(_PG_TAKE, [limit])
+        rows = cursor.fetchall()
+        if not rows:
+            return 0
+        sequence, prev_hash = ledger_head_lock()
+        chained = []
+        for (pending_id, event_id, event_type, resource_type, resource_id, actor, payload_hash,
+             recorded_at) in rows:
+            sequence += 1
+            event_hash = chain_hash(prev_hash, canonical_event(
+                sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
+                resource_id=resource_id, actor=actor, payload_hash=payload_hash, recorded_at=recorded_at))
+            chained.append({"id": pending_id, "sequence": sequence, "prev_hash": prev_hash, "hash": event_hash})
+            prev_hash = event_hash
+        cursor.execute(_PG_MOVE, [json.dumps(chained), sequence, prev_hash])
+        if cursor.rowcount != len(chained):
+            raise SequencerConflict(f"{len(chained)} events taken, {cursor.rowcount} moved")
     return len(rows)
 
 
@@ -133,8 +132,13 @@ def sequencer_run(*, stop: threading.Event, idle_seconds: float = 0.01, retry_se
                     logger.info("ledger sequencer: holding the lock")
                 if ledger_integrate(limit=limit) < limit:
                     stop.wait(idle_seconds)
-            except (DatabaseError, SequencerConflict) as exc:
-                logger.warning("ledger sequencer: %s; connecting again", exc)
+            except Exception as exc:
+                # A database error (a restart, the backend terminated) has ended the session
+                # and its lock; anything else (a bug) must not end the thread silently. Either
+                # way: give the lock up, say why, and compete for it again.
+                expected = isinstance(exc, (DatabaseError, SequencerConflict))
+                logger.log(logging.WARNING if expected else logging.ERROR, "ledger sequencer: %s; connecting again",
+                           exc, exc_info=not expected)
                 holding = False
                 connection.close()
                 stop.wait(retry_seconds)
