@@ -10,23 +10,29 @@ the same time:
   database, with group commit sharing the flushes among the writers;
 - ``appends``: ``writers`` processes each call the service's append,
   ``core.ledger.ledger_record`` (one event in a transaction of its own, as a validation or
-  a refusal records itself), in a loop;
-- ``appends_one_writer``: the same with one process: the time one append holds the head;
+  a refusal records itself), in a loop. With the sequencer (the default on PostgreSQL) the
+  event is written for it and integrated into the chain by the sequencer of the running
+  service's worker: an append is counted when it is integrated, so the rate is the appends
+  made over the time from the start to the integration of the last one;
+- ``appends_one_writer``: the same with one process;
 - ``batched``: ``writers`` processes each append ``BATCH`` events per transaction
-  (``core.ledger.ledger_batch``: one statement, one commit): what batching buys;
+  (``core.ledger.ledger_batch``: one statement, one commit), counted likewise;
+- ``in_transaction``: ``appends`` with ``AGP_LEDGER_SEQUENCER=0``: each event chained in its
+  transaction under the head row's lock, as before the sequencer (and as on SQLite);
 - ``orm``: ``writers`` processes each append one event per transaction the way other
   databases do it, through the ORM (lock the head, insert the event, move the head: three
-  statements): what the one-statement append on PostgreSQL buys.
+  statements).
 
-Every append is ordered after the others by the ledger's single head row, so the ratio
-of the first two rates is the share of the database's write capacity a single chain can
-use (docs/scaling.md).
+While the sequenced measurements run, the parent samples every 0.1 s how long the oldest
+event still waiting for the sequencer has waited (from its ``recorded_at``, taken before its
+transaction's insert): the integration lag under load (docs/scaling.md).
 """
 
 import json
 import multiprocessing
 import os
 import sys
+import threading
 import time
 
 PROBE_TABLE = "bench_append_probe"
@@ -139,6 +145,11 @@ def _wait_for_start(ready, window) -> tuple[float, float]:
 
 
 def _run(target, args: tuple, writers: int, seconds: float) -> int:
+    return _run_timed(target, args, writers, seconds)[0]
+
+
+def _run_timed(target, args: tuple, writers: int, seconds: float) -> tuple[int, float]:
+    """The writers' total count and the epoch second their window opened."""
     context = multiprocessing.get_context("spawn")
     counts = context.Array("q", writers)
     ready = context.Semaphore(0)
@@ -159,7 +170,47 @@ def _run(target, args: tuple, writers: int, seconds: float) -> int:
         process.join()
         if process.exitcode != 0:
             raise SystemExit(f"a writer exited with {process.exitcode}")
-    return sum(counts)
+    return sum(counts), start
+
+
+class _Lag(threading.Thread):
+    """Samples, every 0.1 s, how long the oldest event waiting for the sequencer has waited."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url, self.samples, self.stop = url, [], threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self.stop.wait(0.1):
+                row = conn.execute("SELECT extract(epoch FROM clock_timestamp() - min(recorded_at)) "
+                                   "FROM core_ledgerpendingevent").fetchone()
+                self.samples.append(float(row[0] or 0.0))
+
+
+def _integrated(url: str, target, args: tuple, writers: int, seconds: float) -> dict:
+    """Run the writers, then wait for the sequencer to integrate everything they appended:
+    the count, the rate counted at integration, and the lag sampled meanwhile."""
+    import psycopg
+
+    lag = _Lag(url)
+    lag.start()
+    count, start = _run_timed(target, args, writers, seconds)
+    with psycopg.connect(url, autocommit=True) as conn:
+        deadline = time.time() + 120
+        while conn.execute("SELECT EXISTS (SELECT 1 FROM core_ledgerpendingevent)").fetchone()[0]:
+            if time.time() > deadline:
+                raise SystemExit("(h): the sequencer did not integrate the appends within 120 s")
+            time.sleep(0.005)
+    done = time.time()
+    lag.stop.set()
+    lag.join()
+    samples = sorted(lag.samples) or [0.0]
+    return {"count": count, "per_second": count / max(done - start, seconds),
+            "integrated_after_window": max(0.0, done - start - seconds),
+            "lag_max": samples[-1], "lag_p99": samples[min(len(samples) - 1, int(len(samples) * 0.99))]}
 
 
 def measure(writers: int, seconds: float) -> dict:
@@ -170,17 +221,30 @@ def measure(writers: int, seconds: float) -> dict:
         conn.execute(f"CREATE TABLE IF NOT EXISTS {PROBE_TABLE} (id bigserial PRIMARY KEY, writer int NOT NULL)")
     try:
         inserts = _run(_inserter, (url,), writers, seconds)
-        appends = _run(_appender, (), writers, seconds)
-        alone = _run(_appender, (), 1, seconds)
-        batched = _run(_batcher, (), writers, seconds)
+        appends = _integrated(url, _appender, (), writers, seconds)
+        alone = _integrated(url, _appender, (), 1, seconds)
+        batched = _integrated(url, _batcher, (), writers, seconds)
+        before = os.environ.get("AGP_LEDGER_SEQUENCER")
+        os.environ["AGP_LEDGER_SEQUENCER"] = "0"  # the spawned writers chain in their transaction
+        try:
+            in_transaction = _run(_appender, (), writers, seconds)
+        finally:
+            if before is None:
+                os.environ.pop("AGP_LEDGER_SEQUENCER")
+            else:
+                os.environ["AGP_LEDGER_SEQUENCER"] = before
         orm = _run(_orm_appender, (), writers, seconds)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {PROBE_TABLE}")
-    return {"writers": writers, "seconds": seconds, "appends": appends, "inserts": inserts,
-            "appends_per_second": appends / seconds, "inserts_per_second": inserts / seconds,
-            "appends_one_writer": alone, "appends_one_writer_per_second": alone / seconds,
-            "batch": BATCH, "batched": batched, "batched_per_second": batched / seconds,
+    return {"writers": writers, "seconds": seconds, "inserts": inserts, "inserts_per_second": inserts / seconds,
+            "appends": appends["count"], "appends_per_second": appends["per_second"],
+            "appends_lag_max": appends["lag_max"], "appends_lag_p99": appends["lag_p99"],
+            "appends_integrated_after_window": appends["integrated_after_window"],
+            "appends_one_writer": alone["count"], "appends_one_writer_per_second": alone["per_second"],
+            "batch": BATCH, "batched": batched["count"], "batched_per_second": batched["per_second"],
+            "batched_lag_max": batched["lag_max"],
+            "in_transaction": in_transaction, "in_transaction_per_second": in_transaction / seconds,
             "orm": orm, "orm_per_second": orm / seconds}
 
 

@@ -109,13 +109,19 @@ def table(results: dict) -> str:
                      f"{g['events_per_second']:.0f} ev/s", "", "", ""))
     if "h" in results:
         h = results["h"]
-        rows.append((f"(h) ledger appends, {h['writers']} writers", f"{h['appends']}",
+        rows.append((f"(h) ledger appends, {h['writers']} writers (counted when integrated)", f"{h['appends']}",
                      f"{h['appends_per_second']:.0f}/s", "", "", ""))
+        if "appends_lag_max" in h:
+            rows.append(("(h) integration lag under those appends, p99 / max of 0.1 s samples", "",
+                         f"{h['appends_lag_p99']:.3f} s / {h['appends_lag_max']:.3f} s", "", "", ""))
         rows.append((f"(h) PostgreSQL durable INSERTs, {h['writers']} writers", f"{h['inserts']}",
                      f"{h['inserts_per_second']:.0f}/s", "", "", ""))
         if "appends_one_writer" in h:
             rows.append(("(h) ledger appends, 1 writer", f"{h['appends_one_writer']}",
                          f"{h['appends_one_writer_per_second']:.0f}/s", "", "", ""))
+        if "in_transaction" in h:
+            rows.append((f"(h) ledger appends chained in their transaction, {h['writers']} writers",
+                         f"{h['in_transaction']}", f"{h['in_transaction_per_second']:.0f}/s", "", "", ""))
         if "orm" in h:
             rows.append((f"(h) the same through the ORM (3 statements), {h['writers']} writers", f"{h['orm']}",
                          f"{h['orm_per_second']:.0f}/s", "", "", ""))

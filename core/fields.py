@@ -88,3 +88,18 @@ class ExactJSONField(models.JSONField):
             if kwargs.get(option) is value:
                 del kwargs[option]
         return name, path, args, kwargs
+
+
+class TransactionIdField(models.Field):
+    """The id of the transaction that wrote the row: PostgreSQL's 64-bit ``xid8``.
+
+    Set by the database (``pg_current_xact_id()``) in the statement that inserts the row, so
+    it is the writer's own transaction; compared only in SQL, against the oldest transaction
+    still running (docs/reference/ledger.md, "When an event joins the chain"). Other
+    databases never write it and see a plain integer column.
+    """
+
+    description = "A PostgreSQL transaction id (xid8)"
+
+    def db_type(self, connection) -> str:
+        return "xid8" if connection.vendor == "postgresql" else "bigint"

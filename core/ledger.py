@@ -1,8 +1,15 @@
-"""The hash-chained ledger (CONTRACT C9): append in the caller's transaction, verify."""
+"""The hash-chained ledger (docs/reference/ledger.md): append in the caller's transaction, verify.
+
+On PostgreSQL with the sequencer on (``AGP_LEDGER_SEQUENCER``), an append writes the event
+into ``LedgerPendingEvent`` in the caller's transaction and ``core.sequencer`` gives it its
+place in the chain after the commit; otherwise it is chained in the transaction, under the
+head row's lock.
+"""
 
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -10,6 +17,7 @@ from json.encoder import encode_basestring as _json_string
 from typing import Any
 
 import rfc8785
+from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Subquery, Value
 from django.db.models.functions import Cast, Coalesce
@@ -19,11 +27,18 @@ from agp_project.canonical import bytes_hash, canonical_json
 from agp_project.ids import new_id
 from agp_project.timeutil import iso
 
-from .models import LedgerEvent, LedgerHead
+from .models import LedgerEvent, LedgerHead, LedgerPendingEvent
 
 GENESIS_HASH = "0" * 64
 _EVENTS = LedgerEvent._meta.db_table
 _HEAD = LedgerHead._meta.db_table
+_PENDING = LedgerPendingEvent._meta.db_table
+
+
+def ledger_sequenced() -> bool:
+    """Whether events are chained after their commit by the sequencer (PostgreSQL, the default)
+    rather than inside their transaction (docs/reference/ledger.md)."""
+    return connection.vendor == "postgresql" and settings.AGP_LEDGER_SEQUENCER
 
 
 # The chained fields in RFC 8785 order (keys sorted); each string goes through the C
@@ -85,14 +100,20 @@ def _locked_head() -> LedgerHead:
     return LedgerHead.objects.select_for_update().get(pk=1)
 
 
+def ledger_head_lock() -> tuple[int, str]:
+    """Lock the head row for the rest of the transaction; its (sequence, hash)."""
+    head = _locked_head()
+    return head.sequence, head.hash
+
+
 def ledger_append(*, event_type: str, resource_type: str, resource_id: str, actor: str,
                   payload: dict[str, Any] | None = None, event_id: str | None = None,
                   root_principal: str | None = None) -> LedgerEvent | None:
     """Append one event, in the caller's transaction, after every other writer's.
 
     ``root_principal``: the tenant whose records the event is about (None: of no tenant).
-    Inside ``ledger_batch`` the event is queued and written when the batch ends; None is
-    returned then.
+    Inside ``ledger_batch`` the event is queued and written when the batch ends, and with
+    the sequencer it has no place in the chain before the commit: None is returned then.
     """
     if not connection.in_atomic_block:
         raise RuntimeError("ledger_append must run inside the transaction of the change it records")
@@ -111,12 +132,16 @@ def ledger_record(*, event_type: str, resource_type: str, resource_id: str, acto
     """Append one event that stands on its own (a validation, a refusal).
 
     Inside a transaction (a request made with an ``Idempotency-Key`` runs in one) it joins
-    it; otherwise it is a transaction of its own.
+    it; otherwise it is a transaction of its own: with the sequencer, one ``INSERT`` in
+    autocommit (durable when it returns; no ``BEGIN`` and ``COMMIT`` round trips).
     """
     event = {"event_type": event_type, "resource_type": resource_type, "resource_id": resource_id, "actor": actor,
              "payload": payload, "root_principal": root_principal}
     if connection.in_atomic_block:
         ledger_append(**event)
+        return
+    if ledger_sequenced():
+        _pg_pend([_Event.of(**{**event, "payload": payload or {}})])
         return
     with transaction.atomic():
         ledger_append(**event)
@@ -151,7 +176,7 @@ def ledger_batch():
         setattr(connection, _BATCH_ATTR, None)
     if connection.vendor == "postgresql":
         if queued:
-            _pg_append_locked(queued)
+            _pg_pend(queued) if ledger_sequenced() else _pg_append_locked(queued)
         return
     for event in queued:
         _append(event)
@@ -246,10 +271,33 @@ RETURNING sequence, prev_hash, hash
 """
 
 
-def _events_json(events: list[_Event]) -> str:
+def _events_json(events: list[_Event], *, prefix: bool = True) -> str:
     """The append statement's one parameter: the events as JSON records, numbered from 1."""
-    return json.dumps([{"n": n, "prefix": e.prefix, **e.fields, **e.trail, "payload": e.payload_text,
-                        "recorded_at": iso(e.recorded)} for n, e in enumerate(events, start=1)], ensure_ascii=False)
+    return json.dumps([{"n": n, **({"prefix": e.prefix} if prefix else {}), **e.fields, **e.trail,
+                        "payload": e.payload_text, "recorded_at": iso(e.recorded)}
+                       for n, e in enumerate(events, start=1)], ensure_ascii=False)
+
+
+# The sequencer's write path: the events as they are, with the id of the writing transaction
+# (``pg_current_xact_id()``, which assigns one if the transaction has none yet), in one
+# statement. No lock: writers do not wait for each other, so their commits share WAL flushes.
+_PG_PEND = f"""
+INSERT INTO "{_PENDING}" (xid, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
+                          recorded_at, task_id, action_id, root_principal)
+SELECT pg_current_xact_id(), i.event_id, i.event_type, i.resource_type, i.resource_id, i.actor, i.payload,
+       i.payload_hash, i.recorded_at, i.task_id, i.action_id, i.root_principal
+  FROM json_to_recordset(%s::json)
+       AS i(n bigint, event_id text, event_type text, resource_type text, resource_id text, actor text,
+            payload text, payload_hash text, recorded_at timestamptz, task_id text, action_id text,
+            root_principal text)
+ ORDER BY i.n
+"""
+
+
+def _pg_pend(events: list[_Event]) -> None:
+    """Write ``events`` for the sequencer, in the caller's transaction (one statement)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PG_PEND, [_events_json(events, prefix=False)])
 
 
 def _pg_append(events: list[_Event]) -> list[tuple[int, str, str]]:
@@ -270,8 +318,19 @@ def _pg_append_locked(events: list[_Event]) -> list[tuple[int, str, str]]:
     return rows
 
 
-def _append(event: _Event) -> LedgerEvent:
-    """One event, in the caller's transaction: one statement on PostgreSQL, the ORM elsewhere."""
+def _append(event: _Event) -> LedgerEvent | None:
+    """One event, in the caller's transaction: one statement on PostgreSQL, the ORM elsewhere.
+
+    With the sequencer, the event is written for it and has no sequence yet: None.
+    """
+    if ledger_sequenced():
+        _pg_pend([event])
+        return None
+    return _append_chained(event)
+
+
+def _append_chained(event: _Event) -> LedgerEvent:
+    """One event chained in the caller's transaction, under the head row's lock."""
     if connection.vendor == "postgresql":
         [(sequence, prev_hash, event_hash)] = _pg_append_locked([event])
         values = {"sequence": sequence, "payload": event.payload, "prev_hash": prev_hash, "hash": event_hash,
@@ -403,6 +462,8 @@ _SQL_EVENT = ("""'{"actor":' || to_json(actor)::text || ',"event_id":' || to_jso
               """ || ',"resource_type":' || to_json(resource_type)::text || ',"sequence":' || sequence || '}'""")
 # The same, public: the Merkle tree (core.tree) hashes its leaves from these bytes in the database.
 CANONICAL_EVENT_SQL = _SQL_EVENT
+# ``recorded_at`` as chained, in SQL (the sequencer reads it so).
+RECORDED_AT_SQL = _RECORDED_AT
 
 # One statement, so one snapshot: appends committed meanwhile cannot make the head and the
 # table disagree. Two passes over the events:
@@ -474,27 +535,109 @@ def ledger_events_in_chain() -> models.QuerySet:
     return LedgerEvent.objects.filter(sequence__gte=1, sequence__lte=Coalesce(Subquery(head), Value(2**63 - 1)))
 
 
+def _lock_event_id(event_id: str) -> None:
+    """Queue the transactions that append an event with this ``event_id`` (PostgreSQL).
+
+    With the sequencer an event sits in ``LedgerPendingEvent`` before it is in
+    ``LedgerEvent``; neither table's unique index sees the other's rows, so two requests
+    naming the same id could both be written and the sequencer could never integrate the
+    second. Taken before the check for an existing one and held to the commit, the lock
+    makes the second request's check see the first one's committed event.
+    """
+    key = int.from_bytes(hashlib.sha256(f"agp-ledger-event:{event_id}".encode()).digest()[:8], "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def _event_id_taken(event_id: str) -> bool:
+    """Whether an event with this id is in the chain or waiting for it.
+
+    The waiting ones first: the sequencer only moves events from there into the chain, so an
+    event missed among them (already moved) is found in the chain by the second read.
+    """
+    return (LedgerPendingEvent.objects.filter(event_id=event_id).exists()
+            or LedgerEvent.objects.filter(event_id=event_id).exists())
+
+
+def ledger_event_integrated(*, event_id: str, timeout: float | None = None) -> LedgerEvent:
+    """The event with ``event_id`` once the sequencer has integrated it (it was committed).
+
+    Waits at most ``timeout`` seconds (``AGP_LEDGER_WAIT_SECONDS``); then 503: the event is
+    recorded and will be integrated, but its place cannot be shown yet.
+    """
+    deadline = time.monotonic() + (settings.AGP_LEDGER_WAIT_SECONDS if timeout is None else timeout)
+    pause = 0.002
+    while True:
+        event = ledger_events_in_chain().filter(event_id=event_id).first()
+        if event is not None:
+            return event
+        if time.monotonic() >= deadline:
+            raise errors.Unavailable(
+                "The event is recorded but not yet in the chain; read it later by its event_id.",
+                details={"event_id": event_id})
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def ledger_settle(*, timeout: float | None = None) -> bool:
+    """Wait until the events committed before this call are in the chain (with the sequencer);
+    False when ``timeout`` (``AGP_LEDGER_WAIT_SECONDS``) passed first.
+
+    For a reader that must see everything written so far (an evidence bundle signed right
+    after its action). It waits for the pending events visible now; one that commits later
+    with a smaller id is waited for too, which only makes the wait longer.
+    """
+    if not ledger_sequenced():
+        return True
+    newest = LedgerPendingEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
+    if newest is None:
+        return True
+    deadline = time.monotonic() + (settings.AGP_LEDGER_WAIT_SECONDS if timeout is None else timeout)
+    pause = 0.002
+    while LedgerPendingEvent.objects.filter(pk__lte=newest).exists():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return True
+
+
 def ledger_append_client_event(*, event_type: str, resource_type: str, resource_id: str, actor: str,
                                payload: dict[str, Any], event_id: str | None = None,
                                root_principal: str | None = None) -> LedgerEvent:
-    """Append a client's own event (``POST /agp/ledger-events``) in its own transaction.
+    """Append a client's own event (``POST /agp/ledger-events``) and return it with its place in the chain.
 
     A payload that has no RFC 8785 form (an integer beyond 2**53, a float overflowing to
     infinity) is a 400; an ``event_id`` already in the ledger is a 409, also when two
-    requests race for it (the unique index decides, after the head lock queued them).
+    requests race for it.
+
+    With the sequencer and no transaction around the call, the event is committed on its
+    own and the call waits for its integration (``ledger_event_integrated``). Inside a
+    transaction (a request with an ``Idempotency-Key``, whose answer is stored in the same
+    transaction) it cannot be integrated before that commit, so it is chained in the
+    transaction under the head row's lock, as without the sequencer: the head row orders it
+    with the sequencer's batches, and the chain stays one.
     """
     try:
         payload_json = canonical_json(payload)
     except rfc8785.CanonicalizationError as exc:
         raise errors.invalid_fields({"payload": [f"Not representable as canonical JSON: {exc}"]}) from None
-    if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
-        raise errors.duplicate_id("ledger event", "event_id", event_id)
+    event = _Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id, actor=actor,
+                      payload=payload, event_id=event_id, payload_json=payload_json, trail_from_payload=False,
+                      root_principal=root_principal)
+    wait = ledger_sequenced() and not connection.in_atomic_block
     try:
         with transaction.atomic():
-            return _append(_Event.of(event_type=event_type, resource_type=resource_type, resource_id=resource_id,
-                                     actor=actor, payload=payload, event_id=event_id, payload_json=payload_json,
-                                     trail_from_payload=False, root_principal=root_principal))
+            if event_id and connection.vendor == "postgresql":
+                _lock_event_id(event_id)
+            if event_id and _event_id_taken(event_id):
+                raise errors.duplicate_id("ledger event", "event_id", event_id)
+            if wait:
+                _pg_pend([event])
+            else:
+                return _append_chained(event)
     except IntegrityError:
-        if event_id and LedgerEvent.objects.filter(event_id=event_id).exists():
+        if event_id and _event_id_taken(event_id):
             raise errors.duplicate_id("ledger event", "event_id", event_id) from None
         raise
+    return ledger_event_integrated(event_id=event.fields["event_id"])

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from .choices import DeliveryStatus, OutboxStatus
-from .fields import CanonicalJSONField, ExactJSONField
+from .fields import CanonicalJSONField, ExactJSONField, TransactionIdField
 
 
 class LedgerHead(models.Model):
@@ -23,20 +23,15 @@ class LedgerHead(models.Model):
         verbose_name = "ledger head"
 
 
-class LedgerEvent(models.Model):
-    """One link of the chain. ``payload`` is stored as its canonical JSON text, the bytes
-    ``payload_hash`` covers, so the database can check it without Python (``core.ledger``)."""
+class LedgerEventFields(models.Model):
+    """The fields an event has before it has a place in the chain."""
 
-    sequence = models.BigIntegerField(primary_key=True)
     event_id = models.CharField(max_length=128)
     event_type = models.CharField(max_length=64)
     resource_type = models.CharField(max_length=64)
     resource_id = models.CharField(max_length=128)
     actor = models.CharField(max_length=128)
-    payload = CanonicalJSONField(default=dict)
     payload_hash = models.CharField(max_length=71)
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64)
     recorded_at = models.DateTimeField()
     # The task and action the event belongs to (core.ledger.event_trail): an index of what the
     # payload says, outside the chained fields; null where it does not apply.
@@ -45,6 +40,19 @@ class LedgerEvent(models.Model):
     # The tenant (root principal) whose records the event is about; null for an event of no
     # tenant (API clients, shared policy sets), which only callers of every tenant see.
     root_principal = models.CharField(max_length=128, null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class LedgerEvent(LedgerEventFields):
+    """One link of the chain. ``payload`` is stored as its canonical JSON text, the bytes
+    ``payload_hash`` covers, so the database can check it without Python (``core.ledger``)."""
+
+    sequence = models.BigIntegerField(primary_key=True)
+    payload = CanonicalJSONField(default=dict)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["-sequence"]
@@ -61,6 +69,29 @@ class LedgerEvent(models.Model):
 
     def __str__(self):
         return f"#{self.sequence} {self.event_type} {self.resource_id}"
+
+
+class LedgerPendingEvent(LedgerEventFields):
+    """An event committed with its change and not yet in the chain (PostgreSQL; ``core.sequencer``).
+
+    Written in the transaction of the change it records, so it is durable exactly when the
+    change is. The sequencer moves it into ``LedgerEvent`` (giving it its ``sequence``,
+    ``prev_hash`` and ``hash``) and deletes it here in one transaction: an event is in
+    exactly one of the two tables, and readers of the ledger, which read ``LedgerEvent``
+    only, see integrated events only. ``payload`` is the canonical JSON text as hashed.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    xid = TransactionIdField(null=True)
+    payload = models.TextField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["event_id"], name="core_ledgerpending_event_id_unique")]
+        # The sequencer's order: the writers' transaction ids, then the insertion order.
+        indexes = [models.Index(fields=["xid", "id"], name="core_ledgerpending_order")]
+
+    def __str__(self):
+        return f"pending {self.event_type} {self.resource_id}"
 
 
 class IdempotencyRecord(models.Model):

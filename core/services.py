@@ -56,8 +56,9 @@ def checkpoint_create() -> Checkpoint | None:
     with transaction.atomic():
         _tree_lock()
         size = Checkpoint.objects.order_by("-tree_size").values_list("tree_size", flat=True).first() or 0
-        # Appends queue on the ledger head, so committed events are always 1..max: no gap
-        # below the largest sequence a reader sees.
+        # Events enter the chain under the ledger head's lock (chained in their transaction, or
+        # a sequencer's whole batch in one), so committed events are always 1..max: no gap
+        # below the largest sequence a reader sees, and nothing not yet integrated is signed.
         head = LedgerEvent.objects.aggregate(head=Max("sequence"))["head"] or 0
         if head < size:
             raise LedgerBroken(head + 1, f"missing, though the newest checkpoint covers {size} events")

@@ -3,12 +3,34 @@
 import logging
 
 from celery import shared_task
+from celery.signals import worker_ready, worker_shutdown
 
 from .outbox import outbox_sweep as _outbox_sweep
+from .sequencer import SequencerThread, sequencer_start
 from .services import checkpoint_create, idempotency_record_purge_expired
 from .tree import LedgerBroken
 
 logger = logging.getLogger(__name__)
+
+# The sequencer thread of this worker process (docs/reference/ledger.md): every worker runs
+# one, and the one that holds the sequencer lock integrates; the others wait to take over.
+# Worker lifecycle signals are Celery's hook for a service that lives as long as the worker.
+_sequencers: list[SequencerThread] = []
+
+
+@worker_ready.connect
+def _start_ledger_sequencer(**kwargs):
+    thread = sequencer_start()
+    if thread is not None:
+        _sequencers.append(thread)
+
+
+@worker_shutdown.connect
+def _stop_ledger_sequencer(**kwargs):
+    while _sequencers:
+        thread = _sequencers.pop()
+        thread.stop.set()
+        thread.join(timeout=5)
 
 
 @shared_task(name="core.purge_expired_idempotency_records")

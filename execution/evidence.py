@@ -24,6 +24,7 @@ from agp_project.http.renderers import ExactJSONRenderer
 from agp_project.signing import get_signer
 from agp_project.timeutil import iso
 from auth_tokens.models import Client
+from core.ledger import ledger_settle
 from core.models import Checkpoint, LedgerEvent
 from core.selectors import checkpoint_document, checkpoint_newest, ledger_inclusion_proofs
 from core.services import checkpoint_create
@@ -168,6 +169,9 @@ def action_evidence(*, action_id: str, request=None) -> dict[str, Any]:
                 .filter(action_id=action_id).first())
     if envelope is None:
         raise errors.NotFound(f"No accepted action envelope with id {action_id!r}.")
+    # Its events may still wait for the sequencer (docs/reference/ledger.md): a bundle holds
+    # all of them, so it waits for what was committed before it was asked (bounded).
+    ledger_settle()
     records, authors = _records(envelope, request)
     # Only the events about the action's own records, as the verifier checks them: a row of the
     # trail's index about anything else (a client event indexed by what its payload named)

@@ -302,6 +302,17 @@ CELERY_BEAT_SCHEDULE["core.checkpoint"] = {
     "task": "core.checkpoint", "schedule": AGP_CHECKPOINT_SECONDS, "options": {"expires": AGP_CHECKPOINT_SECONDS},
 }
 
+# --- The ledger's sequencer (docs/reference/ledger.md, docs/decisions/ledger.md) ------------
+# On PostgreSQL an event is written with its change and given its place in the chain after
+# the commit, in batches, by one sequencer (a thread of every Celery worker; one at a time
+# holds its lock). False: each event is chained inside its change's transaction under the
+# head row's lock, as on SQLite, which keeps no sequencer.
+AGP_LEDGER_SEQUENCER = env_bool("AGP_LEDGER_SEQUENCER", DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3")
+# How many events one integration takes at most (one transaction).
+AGP_LEDGER_SEQUENCER_BATCH = env_int("AGP_LEDGER_SEQUENCER_BATCH", 2000, minimum=1)
+# How long POST /agp/ledger-events and an evidence bundle wait for their events' integration.
+AGP_LEDGER_WAIT_SECONDS = env_int("AGP_LEDGER_WAIT_SECONDS", 5, minimum=1)
+
 # --- REST framework -------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["agp_project.http.renderers.ExactJSONRenderer"],

@@ -7,6 +7,12 @@ from pathlib import Path
 
 from .base import *  # noqa: F403
 from .base import CELERY_BROKER_URL
+from .env import env_bool
+
+# Tests run inside a transaction each: an event written there could never pass the
+# sequencer's horizon, so by default events are chained in their transaction, as on SQLite.
+# The sequencer's own tests turn it on (tests/core/test_sequencer.py).
+AGP_LEDGER_SEQUENCER = env_bool("AGP_LEDGER_SEQUENCER", False)
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
