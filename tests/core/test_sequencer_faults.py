@@ -28,7 +28,7 @@ from core.services import checkpoint_create
 from tests.execution.worker import REPO, database_url
 from tests.rfc9162 import Tree
 
-pytestmark = [pytest.mark.postgres]
+pytestmark = [pytest.mark.system, pytest.mark.postgres]
 
 WRITERS = 8
 WRITER_APP = "agp-fault-writer"
