@@ -122,7 +122,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
         client_id="test-client", method="POST", path="/agp/tasks", key=new_id("idem"), fingerprint="0" * 64,
         response_status=201, response_body=b'{"ok": true}', created_at=now,
         expires_at=now + timedelta(days=1))
-    used_jti = UsedJti.objects.create(key="0" * 64, expires_at=now + timedelta(minutes=5))
+    used_jti = UsedJti.objects.create(key=content_hash(tag).removeprefix("sha256:"), expires_at=now + timedelta(minutes=5))
     client, _ = Client.objects.get_or_create(client_id=f"client-{tag}", defaults={"scopes": ["agp.registry.read"], "kind": "operator"})
     with transaction.atomic():
         events = [
