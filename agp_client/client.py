@@ -235,7 +235,7 @@ class AGPClient:
             raise SignatureError(f"{context}: a signed record does not verify: {problems[0]}{more}",
                                  problems=problems, status=status, body=data, headers=headers)
 
-    # --- the transparency log (CONTRACT C15) ----------------------------------------------
+    # --- the transparency log (docs/reference/ledger.md) ----------------------------------------------
     @property
     def last_checkpoint(self) -> dict[str, Any] | None:
         """The newest checkpoint of this service the client has verified (kept in ``checkpoint_file``

@@ -1,4 +1,4 @@
-"""Typed exceptions carrying the AGP error body (CONTRACT C2).
+"""Typed exceptions carrying the AGP error body (docs/reference/api.md).
 
 Every error the service answers becomes one of these, chosen by ``error.code``;
 ``isinstance`` checks can use the families (``ConflictError`` covers every 409 code,

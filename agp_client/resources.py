@@ -1,4 +1,4 @@
-"""Resource-style access to every AGP collection (CONTRACT C1 paths under ``/agp/``)."""
+"""Resource-style access to every AGP collection (docs/reference/api.md paths under ``/agp/``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Verifying the Ed25519 signatures of what the service signs (CONTRACT C9, C12): the one place.
+"""Verifying the Ed25519 signatures of what the service signs (docs/reference/ledger.md, docs/reference/governance.md): the one place.
 
 The rules (docs/signatures.md spells them out for any language):
 

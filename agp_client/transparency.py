@@ -1,4 +1,4 @@
-"""Verifying the service's transparency log and evidence bundles, with no network (CONTRACT C15).
+"""Verifying the service's transparency log and evidence bundles, with no network (docs/reference/ledger.md).
 
 - ``verify_inclusion`` / ``verify_consistency``: RFC 9162 proofs as the API returns them
   (lowercase hex), checked by ``agp_client.merkle``;
@@ -27,7 +27,7 @@ from .signatures import evidence_signed_records, keys_pinned, signature_problem
 
 EVIDENCE_TYPE = "ActionEvidence"
 CHECKPOINT_FIELDS = ("tree_size", "root_hash", "issued_at", "signature")
-# The fields of a ledger event its hash chain and its Merkle leaf cover (CONTRACT C9, C15).
+# The fields of a ledger event its hash chain and its Merkle leaf cover (docs/reference/ledger.md).
 CHAINED_FIELDS = ("actor", "event_id", "event_type", "payload_hash", "recorded_at", "resource_id", "resource_type",
                   "sequence")
 
@@ -88,7 +88,7 @@ def checkpoint_problem(checkpoint: Any, jwks: dict[str, Any]) -> str | None:
 
 def verify_checkpoint(checkpoint: dict[str, Any], jwks: dict[str, Any]) -> bool:
     """Whether ``checkpoint`` (``{"tree_size", "root_hash", "issued_at", "signature"}``) is signed by a
-    key of ``jwks`` (the C9 signature over the other three fields)."""
+    key of ``jwks`` (the signature (docs/reference/ledger.md) over the other three fields)."""
     return checkpoint_problem(checkpoint, jwks) is None
 
 

@@ -134,7 +134,7 @@ def bytes_hash(data: bytes) -> str:
 
 
 def action_document(*, tool_id: str, operation: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
-    """The action a policy evaluation is made for and an envelope asks to run (CONTRACT C12)."""
+    """The action a policy evaluation is made for and an envelope asks to run (docs/reference/governance.md)."""
     return {"tool_id": tool_id, "operation": operation, "parameters": parameters or {}}
 
 

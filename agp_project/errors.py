@@ -1,4 +1,4 @@
-"""The one domain error type of the service (CONTRACT C2).
+"""The one domain error type of the service (docs/reference/api.md).
 
 Services raise these; ``agp_project.http.errors.exception_handler`` turns every one of
 them, and every framework exception, into the error envelope.
@@ -116,7 +116,7 @@ class InvalidTransition(Conflict):
 
 
 class Frozen(Conflict):
-    """409 AGP_FROZEN (C13): an active freeze stops the agent, its root principal or the tool."""
+    """409 AGP_FROZEN (docs/reference/governance.md): an active freeze stops the agent, its root principal or the tool."""
 
     code = "AGP_FROZEN"
     default_message = "The agent, principal or tool is frozen."
@@ -161,7 +161,7 @@ class ImpactAssessmentRequired(AGPError):
 
 
 class PolicyTestFailed(AGPError):
-    """422: a policy set's own tests fail; ``details.failures`` lists each (CONTRACT C12)."""
+    """422: a policy set's own tests fail; ``details.failures`` lists each (docs/reference/governance.md)."""
 
     status_code = 422
     code = "AGP_POLICY_TEST_FAILED"

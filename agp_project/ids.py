@@ -1,4 +1,4 @@
-"""Identifiers (CONTRACT C1): client-chosen or server-generated with a short prefix."""
+"""Identifiers (docs/reference/api.md): client-chosen or server-generated with a short prefix."""
 
 import os
 import re

@@ -1,4 +1,4 @@
-"""A synchronous client for tools on MCP servers (CONTRACT C16), over the official ``mcp`` SDK.
+"""A synchronous client for tools on MCP servers (docs/reference/governance.md), over the official ``mcp`` SDK.
 
 Registration (``registry``) lists a server's tools to pin them; execution (``execution``'s
 ``mcp`` connector) re-reads the tool it is about to call and calls it only when the
@@ -11,7 +11,7 @@ skills or operations: it speaks the protocol, guards the address and keeps time.
   That is everything a client reads to decide what to call, with what, and how careful to
   be: a tool whose annotations turn ``destructiveHint`` true is a changed tool. Icons and
   ``_meta`` are not part of it (display and the server's own bookkeeping).
-- **SSRF** (C8). Every exchange starts with ``url_guard``: ``http``/``https`` only, and
+- **SSRF** (docs/reference/execution.md). Every exchange starts with ``url_guard``: ``http``/``https`` only, and
   unless ``AGP_ALLOW_PRIVATE_URLS`` is set every address the host resolves to must be
   public. The SDK talks through ``httpx2``, which does not pass through the
   ``requests``-based peer check of ``agp_project.net``; instead its transport here sends

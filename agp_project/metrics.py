@@ -1,4 +1,4 @@
-"""Prometheus metrics (CONTRACT C17): the families every process counts, and ``GET /metrics``.
+"""Prometheus metrics (docs/operations.md): the families every process counts, and ``GET /metrics``.
 
 Counters and the latency histogram live in the process that sees the event: a web process
 counts requests and submissions, a worker process counts executions, connector calls and

@@ -1,4 +1,4 @@
-"""Outbound HTTP with a guard against server-side request forgery (CONTRACT C8).
+"""Outbound HTTP with a guard against server-side request forgery (docs/reference/execution.md).
 
 Every URL the service calls on someone's behalf (an ``http`` skill's endpoint, a
 callback URL) goes through ``http_post``:

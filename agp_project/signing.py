@@ -1,4 +1,4 @@
-"""Ed25519 signatures over the canonical JSON of issued resources (CONTRACT C9).
+"""Ed25519 signatures over the canonical JSON of issued resources (docs/reference/ledger.md).
 
 ``payload_hash`` is ``sha256:<hex>`` of the RFC 8785 JSON of the resource without its
 ``signature`` member; ``value`` is the base64url Ed25519 signature of the UTF-8 bytes of
@@ -58,7 +58,7 @@ class Signer:
         return {"kty": "OKP", "crv": "Ed25519", "x": self.x, "kid": self.kid, "alg": "EdDSA", "use": "sig"}
 
     def sign(self, resource: dict[str, Any], *, issued_at: datetime | None = None) -> dict[str, str]:
-        """The C9 Signature object for ``resource`` (its own ``signature`` is ignored)."""
+        """The docs/reference/ledger.md Signature object for ``resource`` (its own ``signature`` is ignored)."""
         payload_hash = content_hash({k: v for k, v in resource.items() if k != "signature"})
         issued = iso(issued_at or datetime.now(UTC))
         return {

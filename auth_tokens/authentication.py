@@ -1,4 +1,4 @@
-"""Bearer-token authentication (CONTRACT C3), stateless: the principal comes from the claims."""
+"""Bearer-token authentication (docs/reference/api.md), stateless: the principal comes from the claims."""
 
 from rest_framework.authentication import BaseAuthentication
 

@@ -1,4 +1,4 @@
-"""Scope enforcement declared once per viewset (CONTRACT C3).
+"""Scope enforcement declared once per viewset (docs/reference/api.md).
 
 A viewset names its API group in ``scope_group``. Reads (GET, HEAD, OPTIONS) need the
 group's ``.read`` or ``.write`` scope; writes need ``.write``. ``write_scopes`` maps an action

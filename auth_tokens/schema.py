@@ -1,5 +1,5 @@
 """The OpenAPI description of authentication: an OAuth 2.0 client-credentials scheme whose
-per-operation requirements list the scopes of which a token needs one (CONTRACT C3)."""
+per-operation requirements list the scopes of which a token needs one (docs/reference/api.md)."""
 
 from django.core.exceptions import ImproperlyConfigured
 from drf_spectacular.extensions import OpenApiAuthenticationExtension

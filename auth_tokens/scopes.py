@@ -28,7 +28,7 @@ OPERATION_SCOPES = (
 def parse_scopes(text: str) -> list[str]:
     return [item for item in text.replace(",", " ").split() if item]
 
-# PATCH /agp/operations/{id}: an envelope's operation needs the first, a backtest's (C14) one of
+# PATCH /agp/operations/{id}: an envelope's operation needs the first, a backtest's (docs/reference/governance.md) one of
 # the other two (the decision group's write scope, or the scope that created it).
 ENVELOPE_OPERATION_WRITE_SCOPES = ("agp.execution.write",)
 BACKTEST_OPERATION_WRITE_SCOPES = ("agp.decision.write", "agp.policy.write")

@@ -1,4 +1,4 @@
-"""Backtests (CONTRACT C14): their rate, and that a worker's memory does not grow with the window.
+"""Backtests (docs/reference/governance.md): their rate, and that a worker's memory does not grow with the window.
 
     python -m bench.backtest                  # N = 20,000 and 10N = 200,000 recorded evaluations
     python -m bench.backtest --n 50000        # another N
@@ -91,7 +91,7 @@ def recorded_input(i: int) -> dict:
 
 
 def recorded_action(i: int) -> dict:
-    """The action (CONTRACT C12) the evaluation was made for, as ``policy_evaluation_create`` stores it."""
+    """The action (docs/reference/governance.md) the evaluation was made for, as ``policy_evaluation_create`` stores it."""
     return {"tool_id": "payments", "operation": "refund",
             "parameters": {"amount": (i * 37) % 1500, "currency": "EUR", "account": "closed" if i % 97 == 0 else "open"}}
 

@@ -4,7 +4,7 @@
 
 - **engine**: ``core.engine.evaluate`` on a sample policy whose compiled form is
   already cached (the steady state): clone the cached engine, set the input, read
-  ``allow``, ``require_approval`` and ``deny``, apply C11.
+  ``allow``, ``require_approval`` and ``deny``, apply docs/reference/api.md.
 - **engine, uncached**: the same with a fresh compile each time (for comparison).
 - **API**: ``POST /agp/policy-evaluations`` through Django's test client: the whole
   middleware stack, URL routing, DRF parsing and rendering, the service, the database

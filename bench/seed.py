@@ -125,7 +125,7 @@ def main() -> None:
                                    operations=["update"],
                                    allowed_parameter_ranges={"limit": {"min": 1, "max": 100}})
     skill_create(actor=actor, agent_id=main_agent, name="crm connector", tool_id="crm", version="1")
-    # An evaluation clears an envelope only for the action it was made for (CONTRACT C12).
+    # An evaluation clears an envelope only for the action it was made for (docs/reference/governance.md).
     action = {"tool_id": "crm", "operation": "update", "parameters": {"limit": 10}}
     evaluation = policy_evaluation_create(
         actor=actor, policy_set_id=policy_sets[0], task_id=task.task_id, agent_id=main_agent,

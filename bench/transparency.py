@@ -1,4 +1,4 @@
-"""``python -m bench.transparency``: the transparency log (CONTRACT C15) on a ledger of 1,000,000 events.
+"""``python -m bench.transparency``: the transparency log (docs/reference/ledger.md) on a ledger of 1,000,000 events.
 
 1. Recreates the PostgreSQL database (``--database-url``) and empties the Redis database
    (``--redis-url``), bootstraps and seeds a few hundred tasks through the services

@@ -84,7 +84,7 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
     list_display_links = ("sequence", "event_type")
     # The ledger is the largest table: no date hierarchy and no value list over an unindexed
     # column (each is a DISTINCT over every event); event_type is indexed.
-    # task and action: the trail of a task or of an action (CONTRACT C12), on indexed columns.
+    # task and action: the trail of a task or of an action (docs/reference/governance.md), on indexed columns.
     list_filter = (id_filter("task", "task_id"), id_filter("action", "action_id"), id_filter("resource", "resource_id"),
                    id_filter("resource type", "resource_type"), id_filter("actor", "actor"), "event_type",
                    "recorded_at")

@@ -1,4 +1,4 @@
-"""Idempotency-Key for every POST and PATCH under /agp/ (CONTRACT C4).
+"""Idempotency-Key for every POST and PATCH under /agp/ (docs/reference/api.md).
 
 One middleware gives every write the same behaviour:
 

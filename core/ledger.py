@@ -188,7 +188,7 @@ TRAIL_RESOURCES = {"task_id": "Task", "action_id": "ActionEnvelope"}
 
 def event_trail(*, resource_type: str, resource_id: str, payload: dict[str, Any],
                 from_payload: bool = True) -> dict[str, str | None]:
-    """The task and action an event belongs to (CONTRACT C12): its payload's ``task_id`` and
+    """The task and action an event belongs to (docs/reference/governance.md): its payload's ``task_id`` and
     ``action_id`` members, or its own resource's id for a task's or an envelope's event.
 
     Stored beside the chained fields, as an index: the payload, which the chain covers,

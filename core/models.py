@@ -95,7 +95,7 @@ class LedgerPendingEvent(LedgerEventFields):
 
 
 class IdempotencyRecord(models.Model):
-    """The response to a request made with an ``Idempotency-Key`` (C4), stored in the
+    """The response to a request made with an ``Idempotency-Key`` (docs/reference/api.md), stored in the
     transaction that did the request's work."""
 
     client_id = models.CharField(max_length=128)
@@ -116,7 +116,7 @@ class IdempotencyRecord(models.Model):
 
 
 class MerkleTile(models.Model):
-    """One tile of the ledger's Merkle tree (CONTRACT C15; ``core.tree``).
+    """One tile of the ledger's Merkle tree (docs/reference/ledger.md; ``core.tree``).
 
     Tile (``level``, ``index``) holds the hashes of the tree's nodes at height ``4 * level``
     with indices ``16 * index`` onwards: up to 16 hashes of 32 bytes, concatenated. Level 0
@@ -136,7 +136,7 @@ class MerkleTile(models.Model):
 
 
 class Checkpoint(models.Model):
-    """A signed statement of the ledger's Merkle tree at one size (CONTRACT C15).
+    """A signed statement of the ledger's Merkle tree at one size (docs/reference/ledger.md).
 
     The worker makes one every ``AGP_CHECKPOINT_SECONDS`` when the ledger grew, in the
     transaction that extends the stored tiles to ``tree_size``: the newest checkpoint's size

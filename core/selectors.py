@@ -1,4 +1,4 @@
-"""Reads of the transparency log (CONTRACT C15): checkpoints, proofs, and the tree's verification.
+"""Reads of the transparency log (docs/reference/ledger.md): checkpoints, proofs, and the tree's verification.
 
 Every proof is built from the stored tiles (``core.tree``) in a fixed number of queries: the
 newest checkpoint, then the tiles the proof's hashes come from, in one query. Sizes past
@@ -147,6 +147,6 @@ def combined_verification(chain: Verification, tree: TreeVerification) -> dict[s
 
 
 def ledger_verification() -> dict[str, Any]:
-    """``GET /agp/ledger-events/verify``: the hash chain (C9) and the Merkle tree against the newest
-    checkpoint (C15), as ``combined_verification`` reports them."""
+    """``GET /agp/ledger-events/verify``: the hash chain (docs/reference/ledger.md) and the Merkle tree against the newest
+    checkpoint (docs/reference/ledger.md), as ``combined_verification`` reports them."""
     return combined_verification(ledger_verify(), tree_verify())

@@ -45,7 +45,7 @@ def _tree_lock() -> None:
 
 def checkpoint_create() -> Checkpoint | None:
     """Extend the Merkle tree by the events appended since the newest checkpoint, and sign a
-    checkpoint of its new size (CONTRACT C15); None when the ledger has not grown.
+    checkpoint of its new size (docs/reference/ledger.md); None when the ledger has not grown.
 
     The work is proportional to the new events: each is read once (its leaf hash computed
     and its link to the previous event checked), and the tiles they fill are written. Runs

@@ -1,4 +1,4 @@
-"""The ledger's Merkle tree, stored as tiles (CONTRACT C15; docs/decisions/ledger.md).
+"""The ledger's Merkle tree, stored as tiles (docs/reference/ledger.md; docs/decisions/ledger.md).
 
 Leaf ``i`` of the tree is the event with ``sequence`` ``i + 1``; its hash is
 ``merkle.leaf_hash(canonical_event(...))``, the bytes the hash chain covers. The tree is

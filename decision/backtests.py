@@ -1,4 +1,4 @@
-"""Backtests (CONTRACT C14): what a candidate policy set would have decided on recorded traffic.
+"""Backtests (docs/reference/governance.md): what a candidate policy set would have decided on recorded traffic.
 
 ``backtest_create`` (``POST /agp/backtests``) records the request, pending, and makes the
 ``agp.run_backtest`` task due through the outbox; ``backtest_run`` is that task's body. It
@@ -52,7 +52,7 @@ ACTOR = "agp-worker"
 DEFAULT_WINDOW = timedelta(days=30)
 # Rows read per query.
 BATCH = 500
-# C14: the changes kept (the counts cover every evaluation).
+# docs/reference/governance.md: the changes kept (the counts cover every evaluation).
 MAX_CHANGES = 1000
 # Distinct reasons counted in ``by_reason``; any further one counts under OTHER_REASONS.
 MAX_REASONS = 1000
@@ -69,14 +69,14 @@ RATE_LIMITED_RETRY_AFTER = 30
 SLICE_SECONDS = 1.0
 
 # The fields of a recorded evaluation a re-evaluation reads: its input and the action it was
-# made for (CONTRACT C12), which ``_rego_input`` passes on as ``input.action``.
+# made for (docs/reference/governance.md), which ``_rego_input`` passes on as ``input.action``.
 RECORDED = ("pk", "evaluation_id", "input", "action", "result")
 
 ActionIdsOf = Callable[[list[str]], dict[str, list[str]]]
 
 
 def _rego_input(row: dict[str, Any]) -> dict[str, Any]:
-    """The recorded Rego input, with ``input.action`` set to the recorded action when there is one (C12)."""
+    """The recorded Rego input, with ``input.action`` set to the recorded action when there is one (docs/reference/governance.md)."""
     return policy_evaluation_input(input=row["input"], action=row["action"])
 
 

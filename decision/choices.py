@@ -79,7 +79,7 @@ class CommerceSessionStatus(models.TextChoices):
 
 
 class BacktestStatus(models.TextChoices):
-    """A backtest is its own asynchronous Operation: the same statuses (CONTRACT C8, C14)."""
+    """A backtest is its own asynchronous Operation: the same statuses (docs/reference/execution.md, docs/reference/governance.md)."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -96,7 +96,7 @@ BACKTEST_TERMINAL = (BacktestStatus.SUCCEEDED, BacktestStatus.FAILED, BacktestSt
 # envelopes that cited each changed evaluation); made due through the outbox, by name.
 BACKTEST_TASK = "agp.run_backtest"
 
-# The Celery task that evaluates a policy evaluation's shadows after it was answered (C14),
+# The Celery task that evaluates a policy evaluation's shadows after it was answered (docs/reference/governance.md),
 # on the background queue; made due through the outbox, by name.
 SHADOW_TASK = "agp.evaluate_shadows"
 

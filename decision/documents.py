@@ -1,5 +1,5 @@
 """The Decision API's signed resources as JSON documents: what the API renders and what the
-service signs, built once here (CONTRACT C9). Serializers render through these functions;
+service signs, built once here (docs/reference/ledger.md). Serializers render through these functions;
 services sign what they return."""
 
 from typing import Any

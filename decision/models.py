@@ -59,7 +59,7 @@ class PolicyEvaluation(models.Model):
     allowed = models.BooleanField(default=False)
     require_approval = models.BooleanField(default=False)
     warnings = ExactJSONField(default=list)
-    # The set's active shadows (CONTRACT C14), evaluated with the same input: {shadow
+    # The set's active shadows (docs/reference/governance.md), evaluated with the same input: {shadow
     # policy_set_id: {"allow", "matches"}}. Keyed by id so that the auditors' agreement rate of
     # one shadow is a key lookup the database answers (PostgreSQL and SQLite alike); the API
     # renders it as a list (decision/serializers.py).
@@ -69,7 +69,7 @@ class PolicyEvaluation(models.Model):
     created_by = models.CharField(max_length=128, blank=True, default="")  # the API client that made it
 
     class Meta:
-        # A backtest's window is an interval of evaluated_at (C14).
+        # A backtest's window is an interval of evaluated_at (docs/reference/governance.md).
         indexes = [models.Index(fields=["evaluated_at"], name="evaluation_evaluated_at")]
 
 
@@ -190,7 +190,7 @@ class Escalation(ConcurrentTransitionMixin, models.Model):
 
 
 class CommerceSession(models.Model):
-    """A spending window for one task and agent; budgets move atomically (CONTRACT C8)."""
+    """A spending window for one task and agent; budgets move atomically (docs/reference/execution.md)."""
 
     session_id = models.CharField(max_length=128, unique=True)
     task = models.ForeignKey(Task, on_delete=models.PROTECT, to_field="task_id", db_column="task_id",
@@ -223,12 +223,12 @@ class CommerceSession(models.Model):
 
 
 class Backtest(ConcurrentTransitionMixin, models.Model):
-    """A candidate policy set re-evaluated over recorded evaluations (CONTRACT C14).
+    """A candidate policy set re-evaluated over recorded evaluations (docs/reference/governance.md).
 
     The row is also the backtest's asynchronous Operation (``operation_id``, ``status``,
     progress in ``evaluations`` of ``total``), served at ``/agp/operations/{id}``: the
     decision API owns it, so nothing of execution is needed to create, run or cancel it.
-    The counts and ``changes`` are the summary C14 names; they are written as the run
+    The counts and ``changes`` are the summary docs/reference/governance.md names; they are written as the run
     progresses (counts) and when it ends (everything).
 
     The run goes in slices of about a second, each a task of its own on the background queue

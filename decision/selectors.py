@@ -1,6 +1,6 @@
 """Reads of the Decision API, including the checks other apps run before acting.
 
-The execution app's fail-closed checks (CONTRACT C8, checks 4-9) read through the
+The execution app's fail-closed checks (docs/reference/execution.md, checks 4-9) read through the
 querysets here (``impact_assessments_standing_first``,
 ``escalations_blocking``, ``commerce_spending_under``), so each rule has one definition.
 Each takes model instances or plain ids, so callers need not load rows first.
@@ -29,7 +29,7 @@ from .models import (
     PolicyEvaluation,
 )
 
-# Spec rule 5 / CONTRACT C7: where an impact assessment must precede finalising.
+# Rule 5 (docs/reference/governance.md): where an impact assessment must precede finalising.
 RULE5_RISK_LEVELS = frozenset({RiskLevel.HIGH, RiskLevel.CRITICAL})
 RULE5_ACTION_CLASSES = frozenset({ActionClass.TRANSACT, ActionClass.DELETE, ActionClass.ADMIN})
 

@@ -1,4 +1,4 @@
-"""Strict request parsing and rendering of the Decision API resources (CONTRACT C1, C7, C11).
+"""Strict request parsing and rendering of the Decision API resources (docs/reference/api.md, docs/reference/governance.md).
 
 One serializer per resource serves request and response; server-set fields are
 ``read_only`` (sending them is a 400). PATCH bodies have their own small serializers.
@@ -381,7 +381,7 @@ class ReasonCountsField(serializers.JSONField):
 
 @extend_schema_field(ErrorObjectSerializer(allow_null=True))
 class ErrorObjectField(serializers.JSONField):
-    """A stored C2 error object (``{"code", "message", "retryable", "details"}``), or null."""
+    """A stored docs/reference/api.md error object (``{"code", "message", "retryable", "details"}``), or null."""
 
 
 class BacktestLimitSerializer(serializers.Serializer):

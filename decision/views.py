@@ -1,4 +1,4 @@
-"""The Decision API: thin viewsets that parse, call one service, render (CONTRACT C7)."""
+"""The Decision API: thin viewsets that parse, call one service, render (docs/reference/governance.md)."""
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status
@@ -220,7 +220,7 @@ class CommerceSessionViewSet(DecisionGroupViewSet):
             429: "AGP_RATE_LIMITED (retry after `Retry-After` seconds): this client already has as many unfinished "
                  "backtests as it may."})}))
 class BacktestViewSet(DecisionGroupViewSet):
-    """What a candidate policy set would have decided on recorded evaluations (C14); creating needs agp.policy.write."""
+    """What a candidate policy set would have decided on recorded evaluations (docs/reference/governance.md); creating needs agp.policy.write."""
 
     queryset = selectors.backtest_list()
     serializer_class = BacktestSerializer

@@ -1,4 +1,4 @@
-"""Atomic budgets (CONTRACT C8): reserve at acceptance, commit on success, release on failure.
+"""Atomic budgets (docs/reference/execution.md): reserve at acceptance, commit on success, release on failure.
 
 The amounts live on the commerce session (``reserved_amount``, ``spent_amount``); each
 envelope's share is one ``Payment`` row. Every move is a conditional ``UPDATE`` that must

@@ -1,4 +1,4 @@
-"""Signed callbacks when an operation ends (CONTRACT C8).
+"""Signed callbacks when an operation ends (docs/reference/execution.md).
 
 The body is the Operation JSON (the same representation ``GET /agp/operations/{id}``
 returns), signed as every webhook of the service is (core/webhooks.py).

@@ -1,5 +1,5 @@
 """Cancellation of an operation before its connector is called: by its submitter, an operator,
-or a freeze (CONTRACT C8, C13)."""
+or a freeze (docs/reference/execution.md, docs/reference/governance.md)."""
 
 from typing import Any
 
@@ -48,7 +48,7 @@ def operation_cancelled_record(*, operation: Operation, actor: str, error: dict[
 
 
 def operation_cancel(*, operation_id: str, actor: str, operator: bool = False) -> Operation:
-    """``PATCH /agp/operations/{id}`` ``{"status": "cancelled"}``: stop a pending operation (C8).
+    """``PATCH /agp/operations/{id}`` ``{"status": "cancelled"}``: stop a pending operation (docs/reference/execution.md).
 
     Only the client that submitted the envelope may, or an operator (``operator``: the
     caller holds ``CANCEL_ANY_SCOPE``); anyone else is a 403. Under the row lock the workers

@@ -1,4 +1,4 @@
-"""Tool connectors (CONTRACT C8, C11): how an envelope's action is actually carried out.
+"""Tool connectors (docs/reference/execution.md, docs/reference/api.md): how an envelope's action is actually carried out.
 
 The agent's active Skill for the envelope's ``tool_id`` names the connector:
 
@@ -11,7 +11,7 @@ The agent's active Skill for the envelope's ``tool_id`` names the connector:
   process, then a failure.
 - ``external``: nothing is called; the operation stays ``running`` until the executor
   POSTs its receipt (``POST /agp/receipts``).
-- ``mcp`` (C16): in one MCP session with the skill's server (agp_project/mcp_client.py:
+- ``mcp`` (docs/reference/governance.md): in one MCP session with the skill's server (agp_project/mcp_client.py:
   SSRF guard, address pinned against DNS rebinding, connector timeouts), re-reads the
   tool named by the envelope's ``operation`` and calls it (``tools/call``, ``arguments`` =
   the envelope's ``parameters``) only if its definition still hashes to the skill's pin;
@@ -223,7 +223,7 @@ def _mcp_arguments(value: Any) -> Any:
 
 
 class ToolChanged(ExecutionFailed):
-    """C16: the MCP tool's definition differs from the skill's pin; the tool was not called."""
+    """docs/reference/governance.md: the MCP tool's definition differs from the skill's pin; the tool was not called."""
 
     code = "AGP_TOOL_CHANGED"
     default_message = "The tool's definition changed since the skill pinned it; nothing was called."

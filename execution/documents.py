@@ -1,5 +1,5 @@
 """The Execution API's signed resources as JSON documents: what the API renders and what the
-service signs, built once here (CONTRACT C9, C12). Serializers render through these
+service signs, built once here (docs/reference/ledger.md, docs/reference/governance.md). Serializers render through these
 functions; services sign what they return."""
 
 from typing import Any

@@ -1,4 +1,4 @@
-"""``GET /agp/action-envelopes/{action_id}/evidence``: one action's whole story, verifiable offline (C15).
+"""``GET /agp/action-envelopes/{action_id}/evidence``: one action's whole story, verifiable offline (docs/reference/ledger.md).
 
 The bundle holds every record that governed the action, as the API renders it (so each
 record's own signature verifies as it does on its own endpoint), every ledger event of
@@ -52,7 +52,7 @@ EVIDENCE_TYPE = "ActionEvidence"
 def action_ledger_events(*, action_id: str, governance: dict[str, set[str]] | None = None) -> QuerySet[LedgerEvent]:
     """Every ledger event about the action's records, in sequence order: its envelope (validated,
     rejected, accepted, executed ...), its operation (callback deliveries included), its payment
-    and its receipt: the events whose ``action_id`` is the action's (CONTRACT C12); and those
+    and its receipt: the events whose ``action_id`` is the action's (docs/reference/governance.md); and those
     of the ``governance`` records (``governance_ids``) that governed it."""
     trail = Q(action_id=action_id)
     for resource_type, ids in (governance or {}).items():

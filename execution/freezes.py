@@ -1,4 +1,4 @@
-"""How a freeze reaches work already accepted (CONTRACT C13).
+"""How a freeze reaches work already accepted (docs/reference/governance.md).
 
 A freeze (``registry.services.freeze_create``) makes ``agp.enforce_freeze`` due through the
 outbox in the transaction that records it; this is that task's body. It cancels every

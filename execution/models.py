@@ -98,7 +98,7 @@ class Operation(ConcurrentTransitionMixin, models.Model):
     @transition(field=status, source=[OperationStatus.PENDING, OperationStatus.RUNNING],
                 target=OperationStatus.CANCELLED)
     def halt(self):
-        """pending|running -> cancelled by a freeze (C13), before the connector call: a pending
+        """pending|running -> cancelled by a freeze (docs/reference/governance.md), before the connector call: a pending
         operation, or an ``external`` one waiting for its receipt (``execution.freezes``)."""
 
 
@@ -116,7 +116,7 @@ class Receipt(models.Model):
     executor = models.CharField(max_length=256)
     # Who wrote the outcome: the worker (``WORKER_ACTOR``) or the API client that posted it.
     posted_by = models.CharField(max_length=128, blank=True, default="")
-    # Why the action was allowed (CONTRACT C12), covered by the signature.
+    # Why the action was allowed (docs/reference/governance.md), covered by the signature.
     governance = ExactJSONField(default=dict)
     signature = ExactJSONField(default=dict)
     created_at = models.DateTimeField()

@@ -30,7 +30,7 @@ OPERATION_RESOURCE = "Operation"
 
 
 def envelope_status_set(*, envelope: ActionEnvelope, status: str, operation_id: str, actor: str) -> None:
-    """Move the envelope to executed/failed and ledger it (C9), in the caller's transaction."""
+    """Move the envelope to executed/failed and ledger it (docs/reference/ledger.md), in the caller's transaction."""
     ActionEnvelope.objects.filter(pk=envelope.pk).update(status=status)
     count_on_commit(ENVELOPES.labels(status))
     ledger_append(event_type=f"envelope.{status}", resource_type="ActionEnvelope", resource_id=envelope.action_id,

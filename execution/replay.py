@@ -1,4 +1,4 @@
-"""Replay (CONTRACT C9): would this action be cleared today, and under another policy set?
+"""Replay (docs/reference/ledger.md): would this action be cleared today, and under another policy set?
 
 ``original`` is what the checks found when the envelope was accepted (stored with it);
 ``current`` re-runs all eleven checks on the inputs recorded at submission against today's

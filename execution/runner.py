@@ -1,4 +1,4 @@
-"""The execution service (CONTRACT C8): claim, re-check, execute, record, exactly once in effect.
+"""The execution service (docs/reference/execution.md): claim, re-check, execute, record, exactly once in effect.
 
 One operation runs like this (``operation_execute``, called by the ``agp.execute_operation``
 task with nothing but the operation id):
@@ -8,8 +8,8 @@ task with nothing but the operation id):
    Anything else (terminal, or running under a live lease, or waiting for an external
    receipt) is left alone, so a redelivered or duplicated message does nothing. Every
    prerequisite is re-checked here, at execution time: if one no longer holds the
-   operation fails with the C2 ``AGP_PREREQUISITE_FAILED`` body, the budget is released,
-   and nothing executes; if a freeze (C13) stops it, it is ``cancelled`` instead, with
+   operation fails with the docs/reference/api.md ``AGP_PREREQUISITE_FAILED`` body, the budget is released,
+   and nothing executes; if a freeze (docs/reference/governance.md) stops it, it is ``cancelled`` instead, with
    the ``AGP_FROZEN`` body. The claim's commit is the moment an operation is *passed to
    its connector*: the connector is called right after it, with nothing in between but
    starting the lease's heartbeat (docs/decisions/operator-controls.md).
@@ -381,7 +381,7 @@ def receipt_submit(*, action_id: str, operation_id: str, status: str, actor: str
     if started_at and completed_at and completed_at < started_at:
         raise errors.invalid_fields({"completed_at": ["Must not be earlier than started_at."]})
     envelope = operation.envelope
-    # C13: a freeze stops an operation that awaits its receipt. The freeze's own task cancels
+    # docs/reference/governance.md: a freeze stops an operation that awaits its receipt. The freeze's own task cancels
     # it; until it has, the receipt is refused here all the same (fail closed).
     refuse_frozen(acting=f"the receipt of operation {operation_id!r}", agent_id=envelope.agent_id,
                   tool_id=envelope.tool_id,

@@ -14,12 +14,12 @@ from .models import ActionEnvelope
 
 def action_trail(envelope: ActionEnvelope) -> dict[str, str]:
     """The ``task_id`` and ``action_id`` every ledger event about an action's records carries
-    (CONTRACT C12): ``GET /agp/ledger-events?action_id=`` and ``?task_id=`` find it by them."""
+    (docs/reference/governance.md): ``GET /agp/ledger-events?action_id=`` and ``?task_id=`` find it by them."""
     return {"task_id": envelope.task_id, "action_id": envelope.action_id}
 
 
 def receipt_governance(*, envelope: ActionEnvelope, report: CheckReport | None = None) -> dict[str, Any]:
-    """The why-record a receipt carries (CONTRACT C12): which decision, evaluation, policy,
+    """The why-record a receipt carries (docs/reference/governance.md): which decision, evaluation, policy,
     approvals, assessment, delegation chain (root first), commerce session and payment
     cleared this action, as recorded when it was accepted.
 
@@ -67,7 +67,7 @@ CHUNK = 500
 def action_ids_citing(evaluation_ids: list[str]) -> dict[str, list[str]]:
     """The accepted envelopes that cite each evaluation (``policy_decision_ref``), oldest first.
 
-    A backtest's changes name them (C14). One query per ``CHUNK`` ids, at most
+    A backtest's changes name them (docs/reference/governance.md). One query per ``CHUNK`` ids, at most
     ``MAX_ACTIONS_PER_EVALUATION`` envelopes each.
     """
     found: dict[str, list[str]] = {}

@@ -1,4 +1,4 @@
-"""Action envelopes and replay: the request parser and the representations (CONTRACT C8, C9).
+"""Action envelopes and replay: the request parser and the representations (docs/reference/execution.md, docs/reference/ledger.md).
 
 An envelope renders as ``execution.documents.envelope_document``: the 200 of a validation,
 the stored envelope behind ``result_url`` and the bytes its signature covers are one body.
@@ -24,7 +24,7 @@ from .documents import envelope_document
 
 
 def money_parameter_problems(parameters: dict[str, Any]) -> dict[str, list[str]]:
-    """``parameters.amount`` and ``parameters.currency`` are money (C8): the amount a JSON
+    """``parameters.amount`` and ``parameters.currency`` are money (docs/reference/execution.md): the amount a JSON
     number, the currency an ISO 4217 code, the amount within its minor units. What is
     checked and reserved is then exactly what the tool receives."""
     problems: dict[str, list[str]] = {}

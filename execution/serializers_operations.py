@@ -1,4 +1,4 @@
-"""Representations of operations and receipts (CONTRACT C8, C9, C11).
+"""Representations of operations and receipts (docs/reference/execution.md, docs/reference/ledger.md, docs/reference/api.md).
 
 ``operation_representation`` is the one Operation body of the service: the 202 of
 ``POST /agp/action-envelopes`` (respond-async), ``GET /agp/operations/{id}`` and the body
@@ -60,7 +60,7 @@ class OperationSerializer(serializers.Serializer):
 
     @extend_schema_field(ErrorObjectSerializer(allow_null=True))
     def get_error(self, operation: Operation) -> dict | None:
-        # The C2 error object ({"code", "message", "retryable", "details"}) of a failed operation.
+        # The error (docs/reference/api.md) object ({"code", "message", "retryable", "details"}) of a failed operation.
         return operation.error or None
 
 

@@ -1,4 +1,4 @@
-"""Submitting action envelopes (CONTRACT C8): validate only, or validate and accept.
+"""Submitting action envelopes (docs/reference/execution.md): validate only, or validate and accept.
 
 Both paths run all eleven checks (``execution.checks``). A rejection is recorded in the
 ledger (``envelope.rejected``) in its own committed transaction and only then raised as

@@ -63,7 +63,7 @@ def deliver_callback(self, operation_id: str) -> str:
 @shared_task(name=FREEZE_TASK, autoretry_for=TRANSIENT, retry_backoff=True, retry_backoff_max=10,
              max_retries=None)
 def enforce_freeze(freeze_id: str) -> int:
-    """Cancel the operations a new freeze stops that were not yet passed to their connector (C13)."""
+    """Cancel the operations a new freeze stops that were not yet passed to their connector (docs/reference/governance.md)."""
     return freezes_enforce(freeze_id=freeze_id)
 
 

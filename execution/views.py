@@ -1,4 +1,4 @@
-"""``/agp/ledger-events``: the hash-chained ledger (C9) and its transparency log (C15)."""
+"""``/agp/ledger-events``: the hash-chained ledger (docs/reference/ledger.md) and its transparency log (docs/reference/ledger.md)."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""``/agp/action-envelopes`` and ``/agp/replay/{action_id}`` (CONTRACT C8, C9)."""
+"""``/agp/action-envelopes`` and ``/agp/replay/{action_id}`` (docs/reference/execution.md, docs/reference/ledger.md)."""
 
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
@@ -53,7 +53,7 @@ class ActionEnvelopeViewSet(CreateMixin, AGPViewSet):
     agent_fields = ("agent_id",)
 
     def finalize_response(self, request, response, *args, **kwargs):
-        # The answer to the same POST depends on Prefer: caches must key on it (C8).
+        # The answer to the same POST depends on Prefer: caches must key on it (docs/reference/execution.md).
         response = super().finalize_response(request, response, *args, **kwargs)
         patch_vary_headers(response, ["Prefer"])
         return response

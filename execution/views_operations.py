@@ -1,4 +1,4 @@
-"""``GET /agp/operations/{id}`` and the receipts collection (CONTRACT C8, C9)."""
+"""``GET /agp/operations/{id}`` and the receipts collection (docs/reference/execution.md, docs/reference/ledger.md)."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response

@@ -59,7 +59,7 @@ def path_pks(path: str) -> list[int]:
 
 
 class Delegation(models.Model):
-    """One link of a delegation chain (CONTRACT C5).
+    """One link of a delegation chain (docs/reference/governance.md).
 
     ``path`` is the materialised path of primary keys from the root to this link
     (``"000000000001/000000000007/"``): the chain of any link is one indexed query, and
@@ -130,7 +130,7 @@ class Delegation(models.Model):
 
 
 class PolicySet(ConcurrentTransitionMixin, models.Model):
-    """A versioned Rego ruleset whose status only moves forward (CONTRACT C6)."""
+    """A versioned Rego ruleset whose status only moves forward (docs/reference/governance.md)."""
 
     policy_set_id = models.CharField(max_length=128, unique=True)
     name = models.CharField(max_length=256)
@@ -151,10 +151,10 @@ class PolicySet(ConcurrentTransitionMixin, models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     supersedes = models.CharField(max_length=128, null=True, blank=True)
     # The set's own tests (``{"name", "input", "expect"}``), run before it was stored, and their
-    # summary; both covered by the signature (CONTRACT C12).
+    # summary; both covered by the signature (docs/reference/governance.md).
     tests = ExactJSONField(default=list, blank=True)
     test_summary = ExactJSONField(null=True, blank=True)
-    # C14: a shadow is evaluated beside every evaluation of the set it shadows, while it is
+    # docs/reference/governance.md: a shadow is evaluated beside every evaluation of the set it shadows, while it is
     # active; it never decides anything and no envelope may cite an evaluation of it.
     shadow_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="shadows",
                                   to_field="policy_set_id", db_column="shadow_of")
@@ -197,7 +197,7 @@ class Capability(models.Model):
 
 
 class Skill(models.Model):
-    """The connector that executes an agent's tool; an ``mcp`` skill pins the server's tools (C16)."""
+    """The connector that executes an agent's tool; an ``mcp`` skill pins the server's tools (docs/reference/governance.md)."""
 
     skill_id = models.CharField(max_length=128, unique=True)
     agent_id = models.CharField(max_length=128)
@@ -249,7 +249,7 @@ class LiabilityBinding(models.Model):
 
 
 class Revocation(models.Model):
-    """An immediate, irreversible, cascading revocation (CONTRACT C9)."""
+    """An immediate, irreversible, cascading revocation (docs/reference/ledger.md)."""
 
     revocation_id = models.CharField(max_length=128, unique=True)
     target_type = models.CharField(max_length=32, choices=RevocationTarget.choices)
@@ -274,7 +274,7 @@ class Revocation(models.Model):
 
 
 class Freeze(ConcurrentTransitionMixin, models.Model):
-    """An operator's emergency stop (CONTRACT C13): while ``active``, nothing of the agent, root
+    """An operator's emergency stop (docs/reference/governance.md): while ``active``, nothing of the agent, root
     principal or tool it names (everything, for ``all``) acts; ``lifted`` is final.
 
     Unlike a revocation it changes no other record: every place that must stop asks

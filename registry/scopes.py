@@ -1,4 +1,4 @@
-"""Authority scopes (CONTRACT C5, C11): pure functions, no database.
+"""Authority scopes (docs/reference/governance.md, docs/reference/api.md): pure functions, no database.
 
 A scope is a string such as ``payments:refund``. A scope ending in ``*`` stands for every
 scope with that prefix: ``payments:*`` covers ``payments:refund`` and ``payments:x*``,
@@ -44,5 +44,5 @@ def tool_id_unambiguous(tool_id: str) -> bool:
 
 
 def tool_scope(tool_id: str, operation: str) -> str:
-    """The authority scope that names one tool operation (C11)."""
+    """The authority scope that names one tool operation (docs/reference/api.md)."""
     return f"{tool_id}:{operation}"

@@ -4,7 +4,7 @@ Every function here issues a fixed number of SQL queries, whatever the number of
 stored and whatever the depth of a chain: the chain of a delegation is read through its
 materialised ``path`` in one query, with the agent revocations of every link joined in.
 
-The validity rule (CONTRACT C5, C8 check 2): a delegation is usable when it and every
+The validity rule (docs/reference/governance.md, docs/reference/execution.md check 2): a delegation is usable when it and every
 ancestor are ``active`` and unexpired, and no delegator or delegate along the chain has
 been revoked as an agent. It is derived here at read time; the ``status`` column is the
 revocation cascade's materialisation for lists, not the only guard.
@@ -42,7 +42,7 @@ def agent_is_revoked(*, agent_id: str) -> bool:
 
 # --- freezes ------------------------------------------------------------------------------
 def freezes_matching(*, agent_id: Any = None, root_principal: Any = None, tool_id: Any = None) -> QuerySet[Freeze]:
-    """The active freezes that stop an actor (CONTRACT C13), oldest first: ``all`` freezes and
+    """The active freezes that stop an actor (docs/reference/governance.md), oldest first: ``all`` freezes and
     those naming its agent, its root principal or its tool (one query).
 
     A value left None is not matched (a delegation names no tool); each may be an
@@ -183,7 +183,7 @@ def delegation_usable_with_chain(*, agent_id: str, root_principal: str, scope: s
     """The newest usable delegation to ``agent_id`` under ``root_principal`` covering ``scope``,
     with its chain (root first, the delegation last); None when there is none.
 
-    This is C5's parent discovery as reads only: ``delegation_create`` runs the two steps
+    This is docs/reference/governance.md's parent discovery as reads only: ``delegation_create`` runs the two steps
     itself, with the tree lock between or after them. Two queries (three when none of the
     16 newest candidates is usable), independent of how many delegations are stored.
     """

@@ -1,4 +1,4 @@
-"""Strict request parsing and rendering of registry resources (CONTRACT C1, C5, C6, C11).
+"""Strict request parsing and rendering of registry resources (docs/reference/api.md, docs/reference/governance.md).
 
 One serializer per resource for request and response: server-set fields are read-only
 (sending them is a 400), unknown fields are a 400. Business rules live in services.

@@ -1,4 +1,4 @@
-"""Tool pins of ``mcp`` skills (CONTRACT C16): what registration stores, and the rule check 3 applies.
+"""Tool pins of ``mcp`` skills (docs/reference/governance.md): what registration stores, and the rule check 3 applies.
 
 A skill's ``tool_pins`` is a list of ``{"name", "definition_hash", "definition"}``, one per
 tool the MCP server listed when the skill was registered, sorted by name. ``definition`` is

@@ -1,4 +1,4 @@
-"""Registry API viewsets (CONTRACT C1, C5, C6, C9, C11): parse, call one service, render."""
+"""Registry API viewsets (docs/reference/api.md, docs/reference/governance.md, docs/reference/ledger.md): parse, call one service, render."""
 
 from rest_framework.response import Response
 
@@ -47,7 +47,7 @@ def refuse_agent_client(request, what: str) -> None:
     "active freeze stops the delegator or the root principal; `details.freezes`) or AGP_CONFLICT "
     "(duplicate id; the delegate is a revoked agent).")})
 class DelegationViewSet(RegistryViewSet):
-    """Delegation links (``DelegationChain``): the server finds the parent and attenuates (C5)."""
+    """Delegation links (``DelegationChain``): the server finds the parent and attenuates (docs/reference/governance.md)."""
 
     queryset = Delegation.objects.all()
     serializer_class = DelegationChainSerializer
@@ -72,7 +72,7 @@ class DelegationViewSet(RegistryViewSet):
     "AGP_INVALID_TRANSITION: only active -> deprecated -> revoked (`details.from`, `details.to`, "
     "`details.allowed`).")})
 class PolicySetViewSet(RegistryViewSet):
-    """Versioned Rego rulesets; ``PATCH`` moves ``status`` forward only (C6)."""
+    """Versioned Rego rulesets; ``PATCH`` moves ``status`` forward only (docs/reference/governance.md)."""
 
     queryset = PolicySet.objects.all()
     serializer_class = PolicySetSerializer
@@ -189,7 +189,7 @@ class SkillViewSet(RegistryViewSet):
 @documented(RevocationSerializer, api_docs.REVOCATIONS,
             create={409: "AGP_CONFLICT: duplicate id, or the target is already revoked."})
 class RevocationViewSet(RegistryViewSet):
-    """Immediate, irreversible, cascading revocations (C9); creating one needs agp.revocation.write."""
+    """Immediate, irreversible, cascading revocations (docs/reference/ledger.md); creating one needs agp.revocation.write."""
 
     queryset = Revocation.objects.all()
     serializer_class = RevocationSerializer
@@ -216,7 +216,7 @@ class RevocationViewSet(RegistryViewSet):
 @documented(FreezeSerializer, api_docs.FREEZES, patch=FreezeLiftSerializer, patch_errors={409: (
     "AGP_INVALID_TRANSITION: only active -> lifted, once (`details.from`, `details.to`, `details.allowed`).")})
 class FreezeViewSet(RegistryViewSet):
-    """Emergency stops of an agent, a root principal, a tool or everything (C13); lifting is forward only.
+    """Emergency stops of an agent, a root principal, a tool or everything (docs/reference/governance.md); lifting is forward only.
 
     Creating and lifting need agp.revocation.write; reading, the registry scopes.
     """

@@ -1,4 +1,4 @@
-"""Helpers of the transparency-log tests (CONTRACT C15): ledgers of any size, and the RFC's view of them.
+"""Helpers of the transparency-log tests (docs/reference/ledger.md): ledgers of any size, and the RFC's view of them.
 
 - ``append(n)``: ``n`` events through ``ledger_record`` (the services' own append);
 - ``seed(upto)``: extend the chain to ``upto`` events at once (bulk inserts of rows whose
@@ -28,7 +28,7 @@ def append(n: int, *, resource_id: str = "res") -> None:
 
 
 def canonical(fields: dict) -> bytes:
-    """The canonical event (CONTRACT C9): RFC 8785 JSON of the chained fields."""
+    """The canonical event (docs/reference/ledger.md): RFC 8785 JSON of the chained fields."""
     return rfc8785.dumps({name: fields[name] for name in CHAINED})
 
 

@@ -1,4 +1,4 @@
-"""Where every error becomes the C2 envelope: one mapping for the whole service."""
+"""Where every error becomes the envelope (docs/reference/api.md): one mapping for the whole service."""
 
 import logging
 import sys

@@ -1,4 +1,4 @@
-"""The one request body parser: strict JSON, numbers exact (CONTRACT C1, C2).
+"""The one request body parser: strict JSON, numbers exact (docs/reference/api.md).
 
 Malformed input is a 400 before anything reads it: duplicate keys (one reader would take
 the first, another the last), ``NaN``/``Infinity`` and other non-JSON numbers, numbers

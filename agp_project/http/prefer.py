@@ -1,4 +1,4 @@
-"""RFC 7240 ``Prefer``: how an action envelope asks to be executed (CONTRACT C8).
+"""RFC 7240 ``Prefer``: how an action envelope asks to be executed (docs/reference/execution.md).
 
 ``respond-async`` asks for validation and asynchronous execution; anything else (no
 header, ``return=representation``, preferences the service does not support) is a

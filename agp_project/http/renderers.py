@@ -1,4 +1,4 @@
-"""The one JSON renderer of the API: numbers exact (CONTRACT C1; docs/decisions/exact-json.md)."""
+"""The one JSON renderer of the API: numbers exact (docs/reference/api.md; docs/decisions/exact-json.md)."""
 
 from rest_framework import renderers
 from rest_framework.utils.encoders import JSONEncoder

@@ -1,4 +1,4 @@
-"""Strict request parsing (CONTRACT C1): unknown and read-only fields are a 400."""
+"""Strict request parsing (docs/reference/api.md): unknown and read-only fields are a 400."""
 
 import re
 from datetime import datetime

@@ -1,4 +1,4 @@
-"""Settings for every environment, read from the environment (CONTRACT C10).
+"""Settings for every environment, read from the environment (docs/configuration.md).
 
 With nothing configured the service runs on embedded defaults: a SQLite database and a
 SQLite broker file under ``var/``.
@@ -158,7 +158,7 @@ STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-# --- HTTP contract (CONTRACT C1, C2, C4) ---------------------------------------------
+# --- HTTP contract (docs/reference/api.md) ---------------------------------------------
 AGP_MAX_BODY_BYTES = env_int("AGP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Threads of a web process (scripts/serve passes it to gunicorn); the MCP gateway keeps as many
 # database threads (gateway/server.py).
@@ -170,7 +170,7 @@ AGP_IDEMPOTENCY_TTL_SECONDS = env_int("AGP_IDEMPOTENCY_TTL_SECONDS", 86400, mini
 # its health check is the one it started, not another on the same port.
 AGP_INSTANCE_ID = env_str("AGP_INSTANCE_ID")
 
-# --- Authentication (CONTRACT C3) ---------------------------------------------------
+# --- Authentication (docs/reference/api.md) ---------------------------------------------------
 AGP_AUTH_SECRET = env_str("AGP_AUTH_SECRET")
 AGP_CLIENT_ID = env_str("AGP_CLIENT_ID")
 AGP_CLIENT_SECRET = env_str("AGP_CLIENT_SECRET")
@@ -180,7 +180,7 @@ AGP_TOKEN_ISSUER = env_str("AGP_TOKEN_ISSUER", "agp")
 AGP_TOKEN_AUDIENCE = env_str("AGP_TOKEN_AUDIENCE", "agp")
 AGP_TOKEN_FAILURES_PER_MINUTE = env_int("AGP_TOKEN_FAILURES_PER_MINUTE", 10, minimum=1)
 
-# --- Signing (CONTRACT C9) ------------------------------------------------------------
+# --- Signing (docs/reference/ledger.md) ------------------------------------------------------------
 AGP_SIGNING_KEY = env_str("AGP_SIGNING_KEY")
 AGP_SIGNING_KEY_FILE = Path(env_str("AGP_SIGNING_KEY_FILE", str(VAR_DIR / "signing-key.pem")))
 AGP_ISSUER = env_str("AGP_ISSUER", "agp")
@@ -206,7 +206,7 @@ AGP_ALLOW_PRIVATE_URLS = env_bool("AGP_ALLOW_PRIVATE_URLS", False)
 # holds that can mint tokens). Unset: generated once under var/ (`manage.py callback_secret`).
 AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or secret_from_file(VAR_DIR / "callback-secret")
 
-# --- Celery (CONTRACT C8) -------------------------------------------------------------
+# --- Celery (docs/reference/execution.md) -------------------------------------------------------------
 # The embedded broker (agp_project/broker.py): a SQLite file of its own beside the database.
 CELERY_BROKER_URL = env_str("AGP_BROKER_URL", f"sqlite:///{VAR_DIR / 'broker.sqlite3'}")
 if CELERY_BROKER_URL.startswith("sqlite:"):  # agp_project.broker.is_embedded
@@ -224,7 +224,7 @@ else:
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-# Messages a worker process reserves ahead of the one it runs: 1, as CONTRACT C8 says. A
+# Messages a worker process reserves ahead of the one it runs: 1, as docs/reference/execution.md says. A
 # worker killed with kill -9 strands what it reserved until the broker's visibility timeout
 # or agp.recover_operations brings it back (docs/reliability.md measures how long); with 1,
 # that is the one operation it was running and at most one more.
@@ -246,9 +246,9 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- Execution worker (CONTRACT C8; execution/runner.py, execution/callbacks.py) -------------
+# --- Execution worker (docs/reference/execution.md; execution/runner.py, execution/callbacks.py) -------------
 # One queue for the work, and beside it one for operator controls (a freeze's enforcement,
-# CONTRACT C13) and one for background policy work (backtests, shadow evaluations), which
+# docs/reference/governance.md) and one for background policy work (backtests, shadow evaluations), which
 # every worker consumes too, taking the queues in turns: a control never waits behind a
 # backlog of operations, and an operation never behind a backlog of background work
 # (agp_project/celery.py routes them; docs/operations.md sizes them). A separate name lets
@@ -295,7 +295,7 @@ CELERY_BEAT_SCHEDULE["agp.recover_operations"] = {
     "options": {"expires": AGP_RECOVER_OPERATIONS_SECONDS},
 }
 
-# --- Transparency log (CONTRACT C15; core/tree.py, docs/decisions/ledger.md) ----------------
+# --- Transparency log (docs/reference/ledger.md; core/tree.py, docs/decisions/ledger.md) ----------------
 # How often the worker extends the Merkle tree and signs a checkpoint (only when the ledger grew).
 AGP_CHECKPOINT_SECONDS = env_int("AGP_CHECKPOINT_SECONDS", 10, minimum=1)
 CELERY_BEAT_SCHEDULE["core.checkpoint"] = {
@@ -381,7 +381,7 @@ SPECTACULAR_SETTINGS = {
                             "docExpansion": "list", "defaultModelsExpandDepth": 0},
 }
 
-# --- Operating it (CONTRACT C17; docs/operations.md) -----------------------------------
+# --- Operating it (docs/operations.md; docs/operations.md) -----------------------------------
 # Set: GET /metrics answers only "Authorization: Bearer <this>".
 AGP_METRICS_TOKEN = env_str("AGP_METRICS_TOKEN")
 # host:port: the Celery worker serves its own GET /metrics there (for a worker on another machine).

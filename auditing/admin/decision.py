@@ -267,7 +267,7 @@ class CommerceSessionAdmin(TaskLinkMixin, ReadOnlyModelAdmin):
 
 @admin.register(Backtest)
 class BacktestAdmin(ReadOnlyModelAdmin):
-    """A candidate policy set re-evaluated over recorded evaluations (C14): its summary and its changes."""
+    """A candidate policy set re-evaluated over recorded evaluations (docs/reference/governance.md): its summary and its changes."""
     tenant_field = "root_principal"
 
     list_display = ("backtest_id", "candidate_link", "status", "evaluations", "newly_denied", "newly_allowed",

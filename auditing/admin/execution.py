@@ -61,7 +61,7 @@ def _payment_of(envelope: ActionEnvelope) -> Payment | None:
 
 
 def checks_table(checks) -> str:
-    """The C8 check outcomes as a table when they have the usual shape, else as JSON."""
+    """The check (docs/reference/execution.md) outcomes as a table when they have the usual shape, else as JSON."""
     if not checks:
         return "-"
     if not isinstance(checks, list) or not all(isinstance(item, dict) for item in checks):

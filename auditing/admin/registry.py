@@ -161,7 +161,7 @@ class PolicySetAdmin(ReadOnlyModelAdmin):
     def evaluations(self, obj):
         return id_link(PolicyEvaluation, "policy_set_id", obj.policy_set_id, "evaluations under this policy set")
 
-    @admin.display(description="shadows (C14)")
+    @admin.display(description="shadows (docs/reference/governance.md)")
     def shadows(self, obj):
         """Each shadow of this set and how often it agreed with it: one aggregate per shadow."""
         shadows = list(PolicySet.objects.filter(shadow_of_id=obj.policy_set_id).order_by("policy_set_id"))
@@ -303,7 +303,7 @@ MAX_CANCELLED_SHOWN = 50
 
 @admin.register(Freeze)
 class FreezeAdmin(ReadOnlyModelAdmin):
-    """Emergency stops (C13): created and lifted only through the API or manage.py freeze / unfreeze."""
+    """Emergency stops (docs/reference/governance.md): created and lifted only through the API or manage.py freeze / unfreeze."""
     tenant_field = "root_principal"
 
     list_display = ("freeze_id", "target_type", "target", "status", "reason", "frozen_by", "created_at",

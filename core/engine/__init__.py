@@ -12,7 +12,7 @@ evaluation is delegated to that OPA server (Data API, ``AGP_OPA_TIMEOUT_SECONDS`
 must already hold the ruleset under its package: AGP does not push policies to OPA.
 
 Nothing here raises for a bad policy or a failing engine: every problem becomes
-``allow: false`` with the reason in ``reasons`` (CONTRACT C7, C11).
+``allow: false`` with the reason in ``reasons`` (docs/reference/governance.md, docs/reference/api.md).
 """
 
 from typing import Any
@@ -46,7 +46,7 @@ def ruleset_problem(*, ruleset: str) -> str | None:
 
 
 def evaluate(*, ruleset: str, ruleset_hash: str, input: dict[str, Any], use_cache: bool = True) -> EvaluationResult:
-    """Evaluate ``ruleset`` (whose C6 hash is ``ruleset_hash``) for the Rego ``input``.
+    """Evaluate ``ruleset`` (whose docs/reference/governance.md hash is ``ruleset_hash``) for the Rego ``input``.
 
     ``allow`` is true only when the ruleset's ``allow`` is ``true``, its ``deny`` set is
     empty, no error occurred and no limit was reached. ``use_cache=False`` compiles afresh

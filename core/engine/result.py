@@ -1,4 +1,4 @@
-"""What a policy evaluation returns, whichever engine ran it (CONTRACT C7, C11)."""
+"""What a policy evaluation returns, whichever engine ran it (docs/reference/governance.md, docs/reference/api.md)."""
 
 import json
 from dataclasses import dataclass, field
@@ -90,7 +90,7 @@ def _reason_text(item: Any) -> str:
 
 
 def decide(values: RuleValues, *, engine: str, package: str | None) -> EvaluationResult:
-    """Apply C11 to the rule values: fail closed on anything that is not as specified."""
+    """Apply docs/reference/api.md to the rule values: fail closed on anything that is not as specified."""
     errors = list(values.errors)
     reasons: list[str] = []
     deny = values.deny

@@ -1,4 +1,4 @@
-"""Ledger events carry the task and the action they belong to (CONTRACT C12): ``task_id`` and
+"""Ledger events carry the task and the action they belong to (docs/reference/governance.md): ``task_id`` and
 ``action_id``, an index of what each payload says. Events already recorded get them from their
 payload's members, or from their own resource for a task's or an envelope's event; the
 execution app's migration then gives an action's older events its task."""

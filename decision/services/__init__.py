@@ -1,7 +1,7 @@
 """Writes of the Decision API: every state change with its ledger event, in one transaction.
 
 Each public service is keyword-only, raises ``agp_project.errors`` and returns the
-written row; one module per resource. Rules that are not in the spec or CONTRACT are explained in
+written row; one module per resource. Rules beyond docs/reference are explained in
 docs/decisions/decision-api.md.
 """
 

@@ -1,4 +1,4 @@
-"""Commerce sessions (CONTRACT C2, C7): spending windows inside a delegation's spend limit."""
+"""Commerce sessions (docs/reference/api.md, docs/reference/governance.md): spending windows inside a delegation's spend limit."""
 
 from datetime import datetime
 from decimal import Decimal
@@ -24,7 +24,7 @@ def commerce_session_create(*, actor: str, task_id: str, agent_id: str, delegati
 
     The delegation must be the agent's own, for the task's root principal, live along its
     whole chain, and carry a spend limit in the session's currency no smaller than
-    ``amount_limit``; otherwise 409 ``AGP_DELEGATION_SCOPE_VIOLATION`` (CONTRACT C2, C7).
+    ``amount_limit``; otherwise 409 ``AGP_DELEGATION_SCOPE_VIOLATION`` (docs/reference/api.md, docs/reference/governance.md).
     """
     session_id = session_id or new_id("cs")
     now = timezone.now()
@@ -40,7 +40,7 @@ def commerce_session_create(*, actor: str, task_id: str, agent_id: str, delegati
     if delegation.root_principal != task.root_principal:
         problems.append(f"delegation {delegation_id!r} acts for {delegation.root_principal!r}, "
                         f"the task for {task.root_principal!r}")
-    # The registry's chain rule (C5): revoked, expired or revoked-agent links, one query.
+    # The registry's chain rule (docs/reference/governance.md): revoked, expired or revoked-agent links, one query.
     chain_problem = delegation_chain_problem(delegation=delegation, now=now)
     if chain_problem:
         problems.append(chain_problem)

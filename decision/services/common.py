@@ -40,7 +40,7 @@ def task_required(task_id: str, field: str = "task_id") -> Task:
 
 
 def record_created_at(value: datetime | None, now: datetime | None = None) -> datetime:
-    """A client may date its record (C1), but not ahead of the server clock: "newest" decides
+    """A client may date its record (docs/reference/api.md), but not ahead of the server clock: "newest" decides
     which approval or assessment counts, and a future date would win every comparison."""
     now = now or timezone.now()
     return now if value is None else not_in_future(value, field="created_at", now=now)

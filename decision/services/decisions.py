@@ -1,4 +1,4 @@
-"""Decisions (CONTRACT C7): created as drafts, finalised once their prerequisites hold."""
+"""Decisions (docs/reference/governance.md): created as drafts, finalised once their prerequisites hold."""
 
 from collections.abc import Sequence
 from datetime import datetime
@@ -101,7 +101,7 @@ def _finalise_failures(decision: Decision) -> tuple[bool, list[dict[str, str]]]:
 
 
 def decision_status_set(*, actor: str, decision_id: str, status: str, now: datetime | None = None) -> Decision:
-    """``PATCH /agp/decisions/{id}``: the one move is ``draft -> finalised`` (CONTRACT C7).
+    """``PATCH /agp/decisions/{id}``: the one move is ``draft -> finalised`` (docs/reference/governance.md).
 
     Refused with 422 ``AGP_IMPACT_ASSESSMENT_REQUIRED`` where rule 5 needs an assessment
     that does not exist, and with 422 ``AGP_PREREQUISITE_FAILED`` when an ``approve``

@@ -1,4 +1,4 @@
-"""Policy evaluations (CONTRACT C6, C12, C14): the Rego engine's verdict, with its shadows'.
+"""Policy evaluations (docs/reference/governance.md): the Rego engine's verdict, with its shadows'.
 
 An evaluation is answered with its own verdict only. Its set's active shadows are evaluated
 after the commit, on a worker (``agp.evaluate_shadows``, on the background queue): a slow
@@ -77,14 +77,14 @@ def policy_evaluation_create(*, actor: str, policy_set_id: str, task_id: str, ag
     """Evaluate the policy set's Rego ruleset for ``input`` and ``action``, and record the result.
 
     ``action`` (``{"tool_id", "operation", "parameters"}``) is what the evaluation may later
-    clear: an envelope cites it only for exactly that action (CONTRACT C12); the ruleset
+    clear: an envelope cites it only for exactly that action (docs/reference/governance.md); the ruleset
     reads it as ``input.action``. An evaluation without one clears no envelope.
 
     A revoked set is refused (422); a deprecated, expired or not yet effective one is
     evaluated with a warning. The engine never raises: a ruleset that fails to compile or
     to evaluate is recorded as ``allow: false`` with the error among the reasons. An
     active freeze of the agent or of the task's root principal refuses it (409
-    ``AGP_FROZEN``, C13); whether one exists is read with the task, in the same query.
+    ``AGP_FROZEN``, docs/reference/governance.md); whether one exists is read with the task, in the same query.
 
     The set is read once, before the engine runs. A revocation that commits while the
     evaluation runs may be ordered before it in the ledger; the evaluation still clears
@@ -149,7 +149,7 @@ class Evaluated:
 
 
 def policy_sets_with_shadows(policy_set_id: str) -> list[PolicySet]:
-    """The set and its active shadows (C14), in one query."""
+    """The set and its active shadows (docs/reference/governance.md), in one query."""
     return list(PolicySet.objects.filter(Q(policy_set_id=policy_set_id)
                                          | Q(shadow_of_id=policy_set_id, status=PolicySetStatus.ACTIVE))
                 .order_by("policy_set_id"))
@@ -197,7 +197,7 @@ def policy_evaluation_record(evaluated: Evaluated, *, evaluation_id: str, task_i
 
 
 def policy_evaluation_shadows_record(*, evaluation_id: str) -> int:
-    """Evaluate the shadows an evaluation is still waiting for, and record what each decided (C14).
+    """Evaluate the shadows an evaluation is still waiting for, and record what each decided (docs/reference/governance.md).
 
     The body of ``agp.evaluate_shadows``. Each shadow goes through the same engine call as
     any evaluation, under its limits (``AGP_POLICY_TIMEOUT_MS``, ``AGP_POLICY_MEMORY_MB``):

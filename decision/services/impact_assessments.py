@@ -1,4 +1,4 @@
-"""Impact assessments (spec rule 5, CONTRACT C7): signed, and only of draft decisions."""
+"""Impact assessments (rule 5, docs/reference/governance.md): signed, and only of draft decisions."""
 
 from collections.abc import Sequence
 from datetime import datetime
@@ -41,7 +41,7 @@ def impact_assessment_create(*, actor: str, task_id: str, decision_ref: str, age
                              ethical_framework_applied: dict[str, Any] | None = None,
                              recommendation_rationale: str = "", assessed_at: datetime | None = None,
                              assessment_id: str | None = None) -> ImpactAssessment:
-    """Record a signed impact assessment of a draft decision (spec rule 5, CONTRACT C7).
+    """Record a signed impact assessment of a draft decision (rule 5, docs/reference/governance.md).
 
     Refused (400) for an unknown task or decision, a decision of another task, or a
     decision that is already finalised.

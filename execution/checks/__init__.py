@@ -1,4 +1,4 @@
-"""The eleven fail-closed checks of an action envelope: the ten of CONTRACT C8 and C13's ``freeze``.
+"""The eleven fail-closed checks of an action envelope: the ten of docs/reference/execution.md, docs/reference/governance.md's ``freeze``.
 
 ``envelope_checks`` loads what the checks need (``state``: a fixed number of ORM queries)
 and runs every rule (``rules``: pure functions of that state), even after one has failed.

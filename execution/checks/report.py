@@ -20,7 +20,7 @@ CHECK_NAMES = (
     "escalation",
     "commerce",
     "created_at",
-    # C13: an operator's freeze of the agent, the task's root principal or the tool.
+    # docs/reference/governance.md: an operator's freeze of the agent, the task's root principal or the tool.
     "freeze",
 )
 

@@ -1,4 +1,4 @@
-"""The eleven fail-closed checks (the ten of CONTRACT C8 and C13's freeze), each a pure function
+"""The eleven fail-closed checks (the ten of docs/reference/execution.md, docs/reference/governance.md's freeze), each a pure function
 of the loaded state.
 
 Nothing here queries the database: ``execution.checks.state`` loaded everything. Each rule
@@ -109,7 +109,7 @@ def parameters_violations(parameters: dict[str, Any], ranges: dict[str, Any]) ->
 
 # --- 1. task -----------------------------------------------------------------------------------------
 def _agent_problem(kind: str, record_id: str, owner: str, agent_id: str) -> str | None:
-    """Why a record of another agent cannot govern this envelope (CONTRACT C12), or None."""
+    """Why a record of another agent cannot govern this envelope (docs/reference/governance.md), or None."""
     if owner != agent_id:
         return f"{kind} {record_id!r} belongs to agent {owner!r}, not to the envelope's agent {agent_id!r}"
     return None
@@ -143,7 +143,7 @@ def check_delegation(*, task: Task | None, inputs: EnvelopeInputs, candidates: l
     broken = None
     for candidate in candidates:
         chain = tuple(links.get(pk) for pk in path_pks(candidate.path))
-        # The validity rule is the registry's (one definition for C5 and C8).
+        # The validity rule is the registry's (one definition for docs/reference/governance.md, docs/reference/execution.md).
         problem = delegation_links_problem(links=list(chain), now=now) if chain else "it has no recorded chain"
         if problem is None:
             return DelegationFound(Outcome.ok("delegation", f"delegation {candidate.delegation_id!r} and its whole "
@@ -196,7 +196,7 @@ def check_capability(*, capability: Capability | None, skill: Skill | None, dele
     if skill is None:
         problems.append(f"agent {inputs.agent_id!r} has no active skill for tool {inputs.tool_id!r}")
     elif skill.connector == "mcp":
-        # C16: the operations are tools the skill pinned at registration.
+        # docs/reference/governance.md: the operations are tools the skill pinned at registration.
         granted = (capability.operations or []) if capability is not None else []
         problem = mcp_pins_problem(skill.tool_pins, granted, called=inputs.operation)
         if problem:
@@ -224,7 +224,7 @@ def check_decision(*, decision, inputs: EnvelopeInputs, finalising: str | None =
             problems.append(f"decision {decision.decision_id!r} is {decision.status}, not finalised")
         if decision.outcome != "approve":
             problems.append(f"decision {decision.decision_id!r} has outcome {decision.outcome!r}, not approve")
-        # C12: a decision (and the approvals and assessments that count through it) is about the
+        # docs/reference/governance.md: a decision (and the approvals and assessments that count through it) is about the
         # action of the evaluation it was made on; cited beside another evaluation, it is not
         # about this action.
         if decision.policy_evaluation_id is None:
@@ -276,7 +276,7 @@ def check_policy_evaluation(*, evaluation: PolicyEvaluation | None, inputs: Enve
         if policy_set.status == "revoked":
             problems.append(f"policy set {policy_set.policy_set_id!r} is revoked")
         if policy_set.shadow_of_id is not None:
-            # C14: a shadow is evaluated to be watched, never to clear an action.
+            # docs/reference/governance.md: a shadow is evaluated to be watched, never to clear an action.
             problems.append(f"policy set {policy_set.policy_set_id!r} is a shadow of {policy_set.shadow_of_id!r}: "
                             f"its evaluations clear nothing")
         if policy_set.ruleset_hash != evaluation.ruleset_hash:
@@ -287,7 +287,7 @@ def check_policy_evaluation(*, evaluation: PolicyEvaluation | None, inputs: Enve
                                            f"under policy set {evaluation.policy_set_id!r}")
 
 
-# --- 6. impact assessment (C7 rule 5) ---------------------------------------------------------------------
+# --- 6. impact assessment (docs/reference/governance.md rule 5) ---------------------------------------------------------------------
 def check_impact_assessment(*, task: Task | None, assessment: ImpactAssessment | None,
                             inputs: EnvelopeInputs) -> Outcome:
     if task is None:
@@ -488,7 +488,7 @@ def check_created_at(*, inputs: EnvelopeInputs, now: datetime) -> Outcome:
     return Outcome.ok("created_at", "not in the future")
 
 
-# --- 11. freeze (C13) -------------------------------------------------------------------------------------
+# --- 11. freeze (docs/reference/governance.md) -------------------------------------------------------------------------------------
 def check_freeze(*, freezes: list[Freeze]) -> Outcome:
     """Fails while an active freeze names the agent, the task's root principal or the tool (or ``all``).
 

@@ -81,7 +81,7 @@ class EnvelopeState:
     escalations: list[Escalation]
     # Who asked for the action (check 7): read only when approvals could count against them.
     authors: Authors = field(default_factory=Authors)
-    freezes: list[Freeze] = field(default_factory=list)  # active, matching (C13)
+    freezes: list[Freeze] = field(default_factory=list)  # active, matching (docs/reference/governance.md)
     assessment: ImpactAssessment | None = None
     assessment_read: bool = False  # rule 5 applies, so ``assessment`` was looked up
     # The agent's delegation candidates (newest first) and every link of their chains by pk
@@ -213,7 +213,7 @@ def _apply_revocations(state: EnvelopeState, *, inputs: EnvelopeInputs, skills: 
 
 def _load_delegations(state: EnvelopeState, *, inputs: EnvelopeInputs, now: datetime) -> None:
     """Check 2's candidates: the agent's active, unexpired delegations for the root principal,
-    newest by server order (as C5 parent discovery), not by the client-settable accepted_at;
+    newest by server order (as docs/reference/governance.md parent discovery), not by the client-settable accepted_at;
     the one the capability was issued under first. Then every link of their chains."""
     issued_under = state.capability.delegation_id if state.capability is not None else None
     state.candidates = list(

@@ -1,4 +1,4 @@
-"""Writes of registry records (CONTRACT C5, C6, C9, C11), one module per resource.
+"""Writes of registry records (docs/reference/governance.md, docs/reference/ledger.md, docs/reference/api.md), one module per resource.
 
 Each public function owns its transaction, appends a ledger event for every record it
 changes inside that transaction, and raises ``agp_project.errors`` on every refusal.

@@ -66,7 +66,7 @@ def refuse_revoked_agents(agent_ids: Iterable[str]) -> None:
 
 def refuse_frozen(*, acting: str, agent_id: str | None = None, root_principal: str | None = None,
                   tool_id: str | None = None) -> None:
-    """409 ``AGP_FROZEN`` when an active freeze stops the agent, the root principal or the tool (C13).
+    """409 ``AGP_FROZEN`` when an active freeze stops the agent, the root principal or the tool (docs/reference/governance.md).
 
     One query. ``acting`` says what was refused ("a delegation", "a policy evaluation").
     Not serialised against a freeze being created at the same instant: what such a record

@@ -1,4 +1,4 @@
-"""Delegation links (CONTRACT C5): parent discovery under the tree lock, and the C5 limits."""
+"""Delegation links (docs/reference/governance.md): parent discovery under the tree lock, and the limits (docs/reference/governance.md)."""
 
 from datetime import datetime
 from decimal import Decimal
@@ -46,7 +46,7 @@ def delegation_create(
     delegator_signature: str | None = None,
     delegator_key: dict[str, Any] | None = None,
 ) -> Delegation:
-    """Record one delegation link under the parent the server finds (CONTRACT C5).
+    """Record one delegation link under the parent the server finds (docs/reference/governance.md).
 
     ``constraints`` may hold ``spend_limit`` (``{"currency", "amount"}``) and
     ``max_hops_remaining``. Refusals, checked in this order: 400 (delegate equals
@@ -55,7 +55,7 @@ def delegation_create(
     ``AGP_CONFLICT`` when the delegate (or a root's principal) is a revoked agent; 409
     ``AGP_DELEGATION_SCOPE_VIOLATION`` for a cycle; 409 ``AGP_DELEGATION_HOP_LIMIT``;
     409 ``AGP_DELEGATION_SCOPE_VIOLATION`` for spend, then expiry. Before any of the 409s:
-    409 ``AGP_FROZEN`` when the delegator or the root principal is frozen (C13).
+    409 ``AGP_FROZEN`` when the delegator or the root principal is frozen (docs/reference/governance.md).
 
     ``delegator_signature`` (verified by ``delegator_signature_check``, with the key that
     verified it as ``delegator_key``) goes into ``signature_chain`` before the service's own
@@ -137,7 +137,7 @@ def delegator_signature_check(*, client_id: str, is_agent: bool, request_body: d
 
 def _delegation_parent(*, root_principal: str, delegator_agent: str, authority_scope: list[str],
                        now: datetime) -> tuple[Delegation, list[Delegation]]:
-    """C5 parent discovery under the lock of the parent's tree root.
+    """docs/reference/governance.md parent discovery under the lock of the parent's tree root.
 
     The candidates come first (one query). When they all lie in one tree, as they do unless
     the delegator holds links in several of this principal's trees, its root is locked and

@@ -1,4 +1,4 @@
-"""Freezes (CONTRACT C13): an operator's emergency stop, signed, and lifted forward only."""
+"""Freezes (docs/reference/governance.md): an operator's emergency stop, signed, and lifted forward only."""
 
 from datetime import datetime
 
@@ -27,7 +27,7 @@ def _freeze_sign(freeze: Freeze) -> None:
 def freeze_create(*, actor: str, target_type: str, reason: str, target_id: str | None = None,
                   frozen_by: str | None = None, freeze_id: str | None = None,
                   created_at: datetime | None = None, root_principal: str | None = None) -> Freeze:
-    """Freeze an agent, a root principal, a tool or everything, at once (CONTRACT C13).
+    """Freeze an agent, a root principal, a tool or everything, at once (docs/reference/governance.md).
 
     In this transaction: the signed freeze, its ledger event (``freeze.created``), and the
     outbox message of the task that cancels the operations it stops (``FREEZE_TASK``,

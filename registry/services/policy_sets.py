@@ -1,4 +1,4 @@
-"""Policy sets (CONTRACT C6, C12, C14): compiled, tested, signed; moved forward only."""
+"""Policy sets (docs/reference/governance.md): compiled, tested, signed; moved forward only."""
 
 from datetime import datetime
 from typing import Any
@@ -77,13 +77,13 @@ def policy_set_create(
     created_at: datetime | None = None,
     root_principal: str | None = None,
 ) -> PolicySet:
-    """Store a Rego ruleset with its verified hash, ``active`` and signed (CONTRACT C6, C12, C14).
+    """Store a Rego ruleset with its verified hash, ``active`` and signed (docs/reference/governance.md).
 
     The ruleset must compile (OPA 1.0 syntax) and define ``allow`` (else 400, the engine's
     message in ``details.ruleset``), and pass its own ``tests`` (else 422
     ``AGP_POLICY_TEST_FAILED``): nothing is stored otherwise.
 
-    ``shadow_of_id`` (the API's ``shadow_of``, C14) makes it a shadow of an existing set that
+    ``shadow_of_id`` (the API's ``shadow_of``, docs/reference/governance.md) makes it a shadow of an existing set that
     is not revoked and not itself a shadow (one level: a shadow of a shadow would never be
     evaluated); anything else is a 400.
 
@@ -95,7 +95,7 @@ def policy_set_create(
         raise errors.invalid_fields({"ruleset_hash": [f"Does not match the ruleset: its hash is {computed}."]})
     problem = engine.ruleset_problem(ruleset=ruleset)
     if problem is not None:
-        # C12 names the engine's message details.ruleset; C2's field errors name it too.
+        # docs/reference/governance.md names the engine's message details.ruleset; docs/reference/api.md's field errors name it too.
         raise errors.InvalidRequest("The ruleset cannot be registered.",
                                     details={"ruleset": problem, "fields": {"ruleset": [problem]}})
     tests = [dict(test) for test in tests or []]

@@ -1,4 +1,4 @@
-"""Revocations (CONTRACT C9): immediate, irreversible and cascading."""
+"""Revocations (docs/reference/ledger.md): immediate, irreversible and cascading."""
 
 from datetime import datetime
 
@@ -17,7 +17,7 @@ from ..choices import ActiveStatus, RevocationTarget, SkillStatus
 from ..models import Capability, Delegation, LiabilityBinding, Revocation, Skill
 from .common import insert_new, lock_agents, lock_tree_roots, record_timestamp
 
-# Event prefix -> the ledger ``resource_type``: the resource's C1 ``type`` constant.
+# Event prefix -> the ledger ``resource_type``: the resource's docs/reference/api.md ``type`` constant.
 _RESOURCE_TYPES = {"delegation": "DelegationChain", "capability": "Capability", "skill": "Skill",
                    "liability_binding": "LiabilityBinding"}
 
@@ -109,7 +109,7 @@ def revocation_create(*, actor: str, target_type: str, target_id: str, reason: s
                       revoked_by: str | None = None, revocation_id: str | None = None,
                       created_at: datetime | None = None, tenants: frozenset[str] | None = None) -> Revocation:
     """Revoke a delegation, capability, agent, skill or liability binding: immediate,
-    irreversible and cascading (CONTRACT C9).
+    irreversible and cascading (docs/reference/ledger.md).
 
     - delegation: it and every descendant link, and the capabilities derived from them;
     - agent: every link it granted or received and their descendants, the capabilities

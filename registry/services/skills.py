@@ -1,4 +1,4 @@
-"""Skills (CONTRACT C16): the connector that executes a tool for an agent, MCP tools pinned."""
+"""Skills (docs/reference/governance.md): the connector that executes a tool for an agent, MCP tools pinned."""
 
 import contextlib
 import threading
@@ -90,7 +90,7 @@ def skill_create(*, actor: str, agent_id: str, name: str, tool_id: str, version:
 
     SSRF: an ``http`` endpoint on a forbidden address is refused here already (and checked
     again at every execution). An ``mcp`` endpoint is guarded the same way and then asked
-    for its tools, which are pinned on the skill (C16); a server that cannot be listed is a
+    for its tools, which are pinned on the skill (docs/reference/governance.md); a server that cannot be listed is a
     400 naming the problem. The network call happens before the transaction opens.
 
     ``supersedes``: the active skill of the same agent and tool that this version replaces

@@ -1,4 +1,4 @@
-"""Tasks (CONTRACT C7): the registry resource an agent's work hangs on (not Celery tasks)."""
+"""Tasks (docs/reference/governance.md): the registry resource an agent's work hangs on (not Celery tasks)."""
 
 from datetime import datetime
 
@@ -35,7 +35,7 @@ def task_create(*, actor: str, root_principal: str, agent_id: str, risk_level: s
                 title: str = "", policy_set_id: str | None = None,
                 status: str = TaskStatus.OPEN, task_id: str | None = None,
                 created_at: datetime | None = None) -> Task:
-    """Record a task an agent performs for a root principal (CONTRACT C7), optionally governed by
+    """Record a task an agent performs for a root principal (docs/reference/governance.md), optionally governed by
     ``policy_set_id`` for the actions made in one call (docs/reference/gateway.md)."""
     now = timezone.now()
     policy_set = _governing_policy_set(policy_set_id, root_principal) if policy_set_id else None

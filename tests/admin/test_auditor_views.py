@@ -1,4 +1,4 @@
-"""The auditor's pages (CONTRACT C17): the dashboard, an action's timeline, a delegation tree.
+"""The auditor's pages (docs/operations.md): the dashboard, an action's timeline, a delegation tree.
 
 Read-only, for staff who may view the records; every record's signature is checked against
 the service's own key; the pictures are SVG drawn on the server.

@@ -1,4 +1,4 @@
-"""What auditors see of the operator controls (C13, C14): freezes with what they cancelled,
+"""What auditors see of the operator controls (docs/reference/governance.md): freezes with what they cancelled,
 a policy set's shadows with their agreement rate, a backtest's summary and changes."""
 
 from datetime import timedelta

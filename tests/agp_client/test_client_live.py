@@ -238,7 +238,7 @@ def test_it_closes_a_task(live_agp):
         assert (again.value.status, again.value.code) == (409, "AGP_INVALID_TRANSITION")
 
 
-# --- verify_signatures=True: every signed resource received is verified (CONTRACT C12) ----------------------
+# --- verify_signatures=True: every signed resource received is verified (docs/reference/governance.md) ----------------------
 def canned_json(body: dict) -> bytes:
     data = agp_client.numbers.dumps(body).encode()
     return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"

@@ -181,7 +181,7 @@ SPECIAL_METHODS = {
 }
 
 
-# Routes below a collection (the transparency log, C15) and their client methods.
+# Routes below a collection (the transparency log, docs/reference/ledger.md) and their client methods.
 SPECIAL_ROUTES = {
     "GET /agp/ledger-events/checkpoints": ["ledger_events.checkpoints.list", "ledger_events.checkpoints.page"],
     "GET /agp/ledger-events/checkpoints/{tree_size}": ["ledger_events.checkpoints.get"],

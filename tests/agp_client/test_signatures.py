@@ -1,4 +1,4 @@
-"""What the service signs verifies with ``agp_client`` alone (CONTRACT C9, C12).
+"""What the service signs verifies with ``agp_client`` alone (docs/reference/ledger.md, docs/reference/governance.md).
 
 The records are made through the API and their response bodies, as sent, are checked in a
 separate Python process that imports ``agp_client`` and nothing of the server (the process

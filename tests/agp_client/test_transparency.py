@@ -1,4 +1,4 @@
-"""The client's transparency-log verifiers (CONTRACT C15): proofs and checkpoints as the API returns
+"""The client's transparency-log verifiers (docs/reference/ledger.md): proofs and checkpoints as the API returns
 them, and the checkpoint a client remembers between looks at a live server."""
 
 import json

@@ -1,4 +1,4 @@
-"""Token requests, hand-made JWTs and the C2 assertions of the authentication tests."""
+"""Token requests, hand-made JWTs and the assertions (docs/reference/api.md) of the authentication tests."""
 
 import base64
 import time

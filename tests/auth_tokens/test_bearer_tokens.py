@@ -1,4 +1,4 @@
-"""Bearer tokens on /agp/: every rejected token is a 401 with the C2 body (CONTRACT C2, C3)."""
+"""Bearer tokens on /agp/: every rejected token is a 401 with the body (docs/reference/api.md) (docs/reference/api.md)."""
 
 import base64
 import json
@@ -213,7 +213,7 @@ def test_it_describes_the_client_credentials_scheme_and_scopes_in_the_openapi_do
 
 
 def test_it_uses_the_token_client_as_the_idempotency_scope(api, auth_settings):
-    # Two clients may use the same key for different bodies without colliding (CONTRACT C4).
+    # Two clients may use the same key for different bodies without colliding (docs/reference/api.md).
     Client.objects.create(client_id="a", kind="operator", scopes=list(ALL_SCOPES))
     Client.objects.create(client_id="b", kind="operator", scopes=list(ALL_SCOPES))
     for name in ("a", "b"):

@@ -1,4 +1,4 @@
-"""The bootstrap client from the environment, and failed-credential throttling (CONTRACT C3)."""
+"""The bootstrap client from the environment, and failed-credential throttling (docs/reference/api.md)."""
 
 import time
 import uuid

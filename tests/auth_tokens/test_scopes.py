@@ -1,7 +1,7 @@
-"""Scope enforcement on every /agp/ operation, discovered from the URL resolver (CONTRACT C3).
+"""Scope enforcement on every /agp/ operation, discovered from the URL resolver (docs/reference/api.md).
 
 The routes are not listed here: the test walks the resolver, so every viewset the API
-groups register is checked as it appears. The expected scopes come from C3's rule and its
+groups register is checked as it appears. The expected scopes come from docs/reference/api.md's rule and its
 exceptions, written out below independently of the views' own declarations:
 
 - GET on a group's resource: the group's ``.read`` or ``.write``; POST/PATCH: ``.write``;
@@ -11,8 +11,8 @@ exceptions, written out below independently of the views' own declarations:
 - every method on clients: ``agp.admin``;
 
 - GET operations: any of the execution and decision read/write scopes;
-- POST and PATCH freezes (C13): ``agp.revocation.write``; GET freezes: the registry's;
-- POST backtests (C14): ``agp.policy.write``; PATCH operations: ``agp.execution.write``, or
+- POST and PATCH freezes (docs/reference/governance.md): ``agp.revocation.write``; GET freezes: the registry's;
+- POST backtests (docs/reference/governance.md): ``agp.policy.write``; PATCH operations: ``agp.execution.write``, or
   for a backtest's operation ``agp.decision.write`` or ``agp.policy.write`` (which one applies
   depends on the operation found: tests/decision/test_backtests.py).
 """
@@ -80,7 +80,7 @@ def test_it_guards_every_agp_route_with_a_drf_view():
 
 def test_it_knows_the_c3_group_of_every_collection():
     unknown = sorted({op.collection for op in OPERATIONS} - set(GROUP_OF_COLLECTION))
-    assert unknown == [], f"collections without a C3 scope rule: {unknown}"
+    assert unknown == [], f"collections without a scope (docs/reference/api.md) rule: {unknown}"
 
 
 def _request(api: APIClient, op: Operation, token: str | None = None):

@@ -1,4 +1,4 @@
-"""POST /oauth/token: the client-credentials grant and its RFC 6749 5.2 errors (CONTRACT C3)."""
+"""POST /oauth/token: the client-credentials grant and its RFC 6749 5.2 errors (docs/reference/api.md)."""
 
 import jwt
 import pytest

@@ -1,4 +1,4 @@
-"""Backtests run by a real Celery worker (CONTRACT C14), on PostgreSQL and Redis.
+"""Backtests run by a real Celery worker (docs/reference/governance.md), on PostgreSQL and Redis.
 
 10,000 recorded evaluations, each made for an action, are re-evaluated through the API, and
 the counts are checked against an independent re-evaluation here, with regorus itself; a
@@ -75,7 +75,7 @@ def recorded_input(i: int) -> dict:
 
 
 def recorded_action(i: int) -> dict:
-    """The action (CONTRACT C12) the evaluation was made for: the candidate judges its account."""
+    """The action (docs/reference/governance.md) the evaluation was made for: the candidate judges its account."""
     return action_document(tool_id="payments", operation="refund",
                            parameters={"amount": i % 1500, "account": "closed" if i % 11 == 0 else "open"})
 

@@ -1,4 +1,4 @@
-"""Backtests (CONTRACT C14), in process: the API, the summary the run stores, its window, and
+"""Backtests (docs/reference/governance.md), in process: the API, the summary the run stores, its window, and
 that it writes nothing but its own record. (A real worker runs one in test_backtest_worker.py.)"""
 
 import time
@@ -70,7 +70,7 @@ def record(world, amount, *, policy_set=None, agent_id=None, task=None, evaluate
     policy_input = {"action_class": "transact", "amount": amount, "divisor": 1, **extra_input}
     allowed = amount <= 1000
     result = {"allow": allowed, "require_approval": False, "approvals_required": 0, "reasons": [] if allowed else ["amount over 1000"]}
-    # Made for the world's own action, as an evaluation an envelope may cite (C12).
+    # Made for the world's own action, as an evaluation an envelope may cite (docs/reference/governance.md).
     action = action_document(tool_id=world.tool_id, operation=world.operation, parameters=world.parameters)
     return PolicyEvaluation.objects.create(
         evaluation_id=new_id("pe"), policy_set=policy_set or world.policy_set, task=task or world.task,
@@ -305,7 +305,7 @@ def test_it_re_evaluates_the_window_and_stores_the_summary_and_the_changes(api):
     assert run(body["backtest_id"]) == "done"
 
 
-# Judges the action itself (CONTRACT C12's input.action), not the client's input: without the
+# Judges the action itself (docs/reference/governance.md's input.action), not the client's input: without the
 # recorded action every re-evaluation would be a denial.
 ACTION_CANDIDATE = """package agp.action_candidate
 

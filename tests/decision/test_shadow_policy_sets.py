@@ -1,4 +1,4 @@
-"""Shadow policy sets (CONTRACT C14): evaluated after the evaluation of the set they shadow was
+"""Shadow policy sets (docs/reference/governance.md): evaluated after the evaluation of the set they shadow was
 answered, recorded in ``shadow_results``, never changing an outcome, never clearing an
 envelope. Here the worker's task body runs in process (``record_shadows``); a real worker
 runs it in test_shadow_worker.py."""
@@ -28,7 +28,7 @@ allow if input.action_class in {"read", "write", "transact"}
 deny contains "amount over 100" if input.amount > 100
 """
 
-# Judges the action (CONTRACT C12's input.action) rather than the client's input.
+# Judges the action (docs/reference/governance.md's input.action) rather than the client's input.
 REFUNDS_ONLY = """package agp.refunds_only
 
 import rego.v1

@@ -1,4 +1,4 @@
-"""Shadow policy sets with a real Celery worker (CONTRACT C14), on PostgreSQL and Redis: a live
+"""Shadow policy sets with a real Celery worker (docs/reference/governance.md), on PostgreSQL and Redis: a live
 evaluation is answered without waiting for its shadows, and the worker records them after,
 from the background queue, a shadow that spins stopped at the engine's time limit."""
 

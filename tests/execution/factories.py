@@ -35,8 +35,8 @@ from agp_project.ids import new_id
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
 from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
 
-# CONTRACT C8's checks and C13's freeze, in the order a report lists them.
-CONTRACT_CHECKS = ["task", "delegation", "capability", "decision", "policy_evaluation", "impact_assessment", "approval",
+# docs/reference/execution.md's checks and docs/reference/governance.md's freeze, in the order a report lists them.
+THE_CHECKS = ["task", "delegation", "capability", "decision", "policy_evaluation", "impact_assessment", "approval",
                    "escalation", "commerce", "created_at", "freeze"]
 
 RULESET = """package agp.test
@@ -158,7 +158,7 @@ class World:
 
     def evaluation_bound_to(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` citing a new policy evaluation, like the world's, made for exactly its
-        action (CONTRACT C12): for tests that vary the envelope's action to test another check.
+        action (docs/reference/governance.md): for tests that vary the envelope's action to test another check.
 
         When ``body`` cites the world's decision, it cites instead a twin of it made on the new
         evaluation, with twins of the decision's assessments, approvals and escalations as they

@@ -1,4 +1,4 @@
-"""Governance binds the exact action and the exact agent (CONTRACT C12), through the API.
+"""Governance binds the exact action and the exact agent (docs/reference/governance.md), through the API.
 
 Policy evaluations are made with ``POST /agp/policy-evaluations`` for a stated ``action``;
 an envelope may cite one only for that very action (check 5, compared by ``action_hash``),
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 URL = "/agp/action-envelopes"
 
-# Rulesets that read the action the evaluation is made for (input.action, C12).
+# Rulesets that read the action the evaluation is made for (input.action, docs/reference/governance.md).
 MAIL_RULESET = """package mail
 
 import rego.v1

@@ -1,4 +1,4 @@
-"""The binding at execution time, and the trail of a task and of an action (CONTRACT C12).
+"""The binding at execution time, and the trail of a task and of an action (docs/reference/governance.md).
 
 An accepted envelope is checked again when a worker claims it (``operation_execute``, the
 body of ``agp.execute_operation``), by the same rules: when a record it cites changed

@@ -1,4 +1,4 @@
-"""Atomic budgets (CONTRACT C8): reserve on acceptance, commit or release later, never overspend."""
+"""Atomic budgets (docs/reference/execution.md): reserve on acceptance, commit or release later, never overspend."""
 
 from decimal import Decimal
 

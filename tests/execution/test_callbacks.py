@@ -1,4 +1,4 @@
-"""Signed callbacks when an operation ends (CONTRACT C8): signature, attempts, retries, SSRF.
+"""Signed callbacks when an operation ends (docs/reference/execution.md): signature, attempts, retries, SSRF.
 
 The first part drives ``callback_deliver`` in process (retries, backoff, a receiver that is
 down); the second is the one end-to-end delivery by a real worker to a receiver listening in

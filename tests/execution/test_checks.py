@@ -1,4 +1,4 @@
-"""The eleven fail-closed checks (CONTRACT C8, C13): each one alone, all at once, and their query count."""
+"""The eleven fail-closed checks (docs/reference/execution.md, docs/reference/governance.md): each one alone, all at once, and their query count."""
 
 from dataclasses import replace
 from datetime import timedelta
@@ -17,7 +17,7 @@ from execution.checks import EnvelopeInputs, envelope_checks, envelope_recheck, 
 from execution.models import ActionEnvelope, Operation, Payment
 from execution.services import envelope_inputs
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, PolicySet, Revocation, Skill, Task
-from tests.execution.factories import CONTRACT_CHECKS, make_full_world, make_noise, make_world
+from tests.execution.factories import THE_CHECKS, make_full_world, make_noise, make_world
 
 pytestmark = pytest.mark.django_db
 
@@ -129,7 +129,7 @@ def test_it_accepts_the_complete_world(api):
 
 
 @pytest.mark.parametrize("prefer", ["respond-async", None])
-@pytest.mark.parametrize("check", CONTRACT_CHECKS)
+@pytest.mark.parametrize("check", THE_CHECKS)
 def test_it_rejects_naming_exactly_the_removed_prerequisite(api, check, prefer):
     world = make_full_world()
     body = world.envelope_request()
@@ -160,7 +160,7 @@ def test_it_lists_every_failed_check_when_all_prerequisites_are_missing(api):
 
     assert response.status_code == 422
     failed = response.json()["error"]["details"]["failed_checks"]
-    assert [item["check"] for item in failed] == CONTRACT_CHECKS
+    assert [item["check"] for item in failed] == THE_CHECKS
     assert all(item["reason"] for item in failed)
     _assert_nothing_stored(world, body["action_id"])
 

@@ -1,4 +1,4 @@
-"""POST /agp/action-envelopes (CONTRACT C8): Prefer, the two success shapes, strict parsing, 409, 503."""
+"""POST /agp/action-envelopes (docs/reference/execution.md): Prefer, the two success shapes, strict parsing, 409, 503."""
 
 from decimal import Decimal
 

@@ -1,4 +1,4 @@
-"""``GET /agp/action-envelopes/{action_id}/evidence`` (CONTRACT C15) and its offline verification by
+"""``GET /agp/action-envelopes/{action_id}/evidence`` (docs/reference/ledger.md) and its offline verification by
 ``python -m agp_client verify-evidence``, run as a separate process."""
 
 import copy

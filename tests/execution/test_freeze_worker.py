@@ -1,4 +1,4 @@
-"""Freezes reaching running work (CONTRACT C13), with a real Celery worker on PostgreSQL and Redis.
+"""Freezes reaching running work (docs/reference/governance.md), with a real Celery worker on PostgreSQL and Redis.
 
 A freeze is created through the API while the worker runs: what it stops must be cancelled
 within 5 seconds (reservation released, callback delivered, ``operation.cancelled``
@@ -32,7 +32,7 @@ from tests.execution.worker import (  # noqa: F401
 
 pytestmark = pytest.mark.postgres
 
-# CONTRACT C13: how soon a running worker must have cancelled what a freeze stops.
+# docs/reference/governance.md: how soon a running worker must have cancelled what a freeze stops.
 REACH_SECONDS = 5
 
 

@@ -1,4 +1,4 @@
-"""How a freeze reaches accepted work (CONTRACT C13), in process: the claim's own check, and
+"""How a freeze reaches accepted work (docs/reference/governance.md), in process: the claim's own check, and
 ``freezes_enforce`` (the body of ``agp.enforce_freeze`` and of beat's recovery)."""
 
 from decimal import Decimal

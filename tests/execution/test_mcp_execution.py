@@ -1,4 +1,4 @@
-"""Governed tool calls on an MCP server, in process (CONTRACT C16): check 3 and the runner.
+"""Governed tool calls on an MCP server, in process (docs/reference/governance.md): check 3 and the runner.
 
 The same runner runs inside the Celery worker (tests/execution/test_mcp_worker.py, the one
 end-to-end path); here each step is driven directly. The MCP server is real (tests/mcp_server.py).

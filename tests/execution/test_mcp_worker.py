@@ -1,4 +1,4 @@
-"""Governed tool calls on a real MCP server, executed by a real Celery worker (CONTRACT C16).
+"""Governed tool calls on a real MCP server, executed by a real Celery worker (docs/reference/governance.md).
 
 The MCP server is the official SDK's (tests/mcp_server.py, a subprocess on a loopback
 port) and records every call it receives; the worker is ``celery worker`` in a subprocess

@@ -1,4 +1,4 @@
-"""GET /agp/replay/{action_id} (CONTRACT C9): original vs current verdicts, and the policy what-if."""
+"""GET /agp/replay/{action_id} (docs/reference/ledger.md): original vs current verdicts, and the policy what-if."""
 
 import pytest
 from rest_framework.test import APIClient
@@ -8,7 +8,7 @@ from execution.budgets import payment_commit
 from execution.models import ActionEnvelope, Operation, Payment
 from execution.runner import operation_execute
 from tests.execution.factories import (
-    CONTRACT_CHECKS,
+    THE_CHECKS,
     DENY_TRANSACT_RULESET,
     RULESET,
     make_full_world,
@@ -41,7 +41,7 @@ def test_it_reports_matching_verdicts_for_an_accepted_action(api):
     assert replay["changed_checks"] == []
     for side in ("original", "current"):
         assert replay[side]["verdict"] == "cleared"
-        assert [item["check"] for item in replay[side]["checks"]] == CONTRACT_CHECKS
+        assert [item["check"] for item in replay[side]["checks"]] == THE_CHECKS
         assert all(item["passed"] and item["reason"] for item in replay[side]["checks"])
     assert replay["original"]["checks"] == ActionEnvelope.objects.get(action_id=action_id).checks
     assert "what_if" not in replay

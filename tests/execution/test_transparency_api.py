@@ -1,4 +1,4 @@
-"""The transparency log through the API (CONTRACT C15): checkpoints, inclusion and consistency proofs.
+"""The transparency log through the API (docs/reference/ledger.md): checkpoints, inclusion and consistency proofs.
 
 Every proof is compared with RFC 9162's own definitions and checked with its verification
 algorithms, both written from the RFC in tests/rfc9162.py over the events' canonical bytes

@@ -1,4 +1,4 @@
-"""Execution by a real Celery worker process (CONTRACT C8): PostgreSQL and Redis, not eager mode.
+"""Execution by a real Celery worker process (docs/reference/execution.md): PostgreSQL and Redis, not eager mode.
 
 The one end-to-end path (REST submit, the worker consuming the broker, the signed receipt), and
 the worker's own database connection. What the worker runs is ``operation_execute`` and the

@@ -1,4 +1,4 @@
-"""A worker that dies mid-execution (CONTRACT C8): real worker processes, killed.
+"""A worker that dies mid-execution (docs/reference/execution.md): real worker processes, killed.
 
 An operation whose prerequisite broke before any worker ran it (a revoked delegation) is
 tests/execution/test_runner.py's, in process.
@@ -68,7 +68,7 @@ def test_it_finishes_exactly_once_after_the_worker_is_killed_mid_execution(api, 
 
 
 def test_a_killed_workers_operations_finish_on_another_worker(api, worker_factory, worker_db):
-    """kill -9 of a worker holding operations: with prefetch 1 (C8) it holds only the one it
+    """kill -9 of a worker holding operations: with prefetch 1 (docs/reference/execution.md) it holds only the one it
     runs; the others stay in the queue for the next worker, and the one it ran comes back
     after its lease. With prefetch 4 three more would wait, reserved by the dead worker, for
     the pending recovery (30 s here, 120 s in production)."""

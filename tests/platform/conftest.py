@@ -42,7 +42,7 @@ test_database_url.__test__ = False  # not a test, despite its name
 
 
 def assert_envelope(response, status: int, code: str, *, retryable: bool | None = None) -> dict:
-    """The C2 body: exactly ``{"error": {"code", "message", "retryable", "details"}}``, JSON."""
+    """The body (docs/reference/api.md): exactly ``{"error": {"code", "message", "retryable", "details"}}``, JSON."""
     assert response.status_code == status, response.content
     assert response["Content-Type"].startswith("application/json")
     body = response.json()

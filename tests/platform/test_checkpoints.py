@@ -1,4 +1,4 @@
-"""Checkpoints of the ledger's Merkle tree (CONTRACT C15): made incrementally, under a lock, by the
+"""Checkpoints of the ledger's Merkle tree (docs/reference/ledger.md): made incrementally, under a lock, by the
 worker and by ``manage.py checkpoint``; refused for events that do not chain; verified by
 ``verify_ledger``."""
 

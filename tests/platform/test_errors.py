@@ -1,4 +1,4 @@
-"""The C2 error envelope on every /agp/ error this stage can produce, and its database effect."""
+"""The error (docs/reference/api.md) envelope on every /agp/ error this stage can produce, and its database effect."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Idempotency-Key (C4): one mechanism, every POST and PATCH under /agp/."""
+"""Idempotency-Key (docs/reference/api.md): one mechanism, every POST and PATCH under /agp/."""
 
 import json
 import threading

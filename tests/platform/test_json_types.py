@@ -1,4 +1,4 @@
-"""Request fields take the JSON type they document: nothing is converted on the way in (CONTRACT C2).
+"""Request fields take the JSON type they document: nothing is converted on the way in (docs/reference/api.md).
 
 DRF on its own turns ``123`` into ``"123"`` for a string field, ``"1"`` into ``1`` for an
 integer and ``"yes"`` or ``0`` into booleans; the service would then store and sign what the

@@ -1,4 +1,4 @@
-"""The hash-chained ledger (C9): gap-free under concurrency, and tamper-evident."""
+"""The hash-chained ledger (docs/reference/ledger.md): gap-free under concurrency, and tamper-evident."""
 
 import json
 import threading

@@ -1,4 +1,4 @@
-"""``GET /metrics`` in process (CONTRACT C17): Prometheus text, the token guard, and what moves the counters.
+"""``GET /metrics`` in process (docs/operations.md): Prometheus text, the token guard, and what moves the counters.
 
 The multi-process case (gunicorn workers and a Celery worker adding up their figures) is
 tests/platform/test_operating_live.py.

@@ -1,4 +1,4 @@
-"""The OpenAPI document as a user reads it, and the page that shows it (CONTRACT C17).
+"""The OpenAPI document as a user reads it, and the page that shows it (docs/operations.md).
 
 Every operation has a summary and a description, every request body an example that is
 valid against that operation's own request schema, the token endpoint is described with

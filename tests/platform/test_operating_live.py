@@ -1,4 +1,4 @@
-"""Operating AGP as deployed (CONTRACT C17): a real gunicorn (two gthread workers) and a real Celery
+"""Operating AGP as deployed (docs/operations.md): a real gunicorn (two gthread workers) and a real Celery
 worker sharing one ``PROMETHEUS_MULTIPROC_DIR``, both logging JSON.
 
 - ``/metrics`` on gunicorn adds up what its two workers and the Celery worker's pool counted:

@@ -1,4 +1,4 @@
-"""Request ids (CONTRACT C17): kept when sane, made otherwise, echoed, stored with the work they cause;
+"""Request ids (docs/operations.md): kept when sane, made otherwise, echoed, stored with the work they cause;
 and the JSON log line that carries them."""
 
 import json

@@ -1,4 +1,4 @@
-"""Ed25519 signatures (C9) verified with the key the JWKS endpoint publishes."""
+"""Ed25519 signatures (docs/reference/ledger.md) verified with the key the JWKS endpoint publishes."""
 
 import base64
 import hashlib

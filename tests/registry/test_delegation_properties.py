@@ -1,4 +1,4 @@
-"""Property-based tests over random delegation trees (CONTRACT C5).
+"""Property-based tests over random delegation trees (docs/reference/governance.md).
 
 Each example builds a tree through the service with random roots, sub-delegations and
 revocations, and checks every answer against an independent model of the rules:
@@ -99,7 +99,7 @@ steps_st = st.tuples(root_st, st.lists(step_st, min_size=3, max_size=12))
 
 
 def expected_outcome(model: list[Link], principal, delegator, delegate, scope, hops, spend, expires):
-    """(error class, None) or (None, parent Link) by the model of C5."""
+    """(error class, None) or (None, parent Link) by the model of docs/reference/governance.md."""
     if delegator == delegate:
         return errors.InvalidRequest, None
     parent = next((link for link in reversed(model)

@@ -1,4 +1,4 @@
-"""POST/GET /agp/delegations (CONTRACT C1, C5)."""
+"""POST/GET /agp/delegations (docs/reference/api.md, docs/reference/governance.md)."""
 
 from datetime import timedelta
 from decimal import Decimal

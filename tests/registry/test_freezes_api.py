@@ -1,4 +1,4 @@
-"""``/agp/freezes`` (CONTRACT C13): create, read, lift forward only; signed and ledgered;
+"""``/agp/freezes`` (docs/reference/governance.md): create, read, lift forward only; signed and ledgered;
 and what a freeze refuses in the registry and the decision API (409 ``AGP_FROZEN``)."""
 
 import json

@@ -1,4 +1,4 @@
-"""POST/GET/PATCH /agp/policy-sets (CONTRACT C6)."""
+"""POST/GET/PATCH /agp/policy-sets (docs/reference/governance.md)."""
 
 import hashlib
 import json
@@ -195,7 +195,7 @@ def test_it_needs_the_registry_write_scope_to_patch(api, make_token):
     assert PolicySet.objects.get(pk=policy_set.pk).status == "active"
 
 
-# --- rulesets are checked when they are registered (CONTRACT C12) ---------------------------------------
+# --- rulesets are checked when they are registered (docs/reference/governance.md) ---------------------------------------
 @pytest.mark.parametrize(("ruleset", "position", "says"), [
     ("package x\n\nallow if { input.a == 1\n", "policy.rego:4:", "expecting `}`"),
     ("package x\n\nallow { input.a == 1 }\n", "policy.rego:3:7", "`if` keyword is required"),

@@ -1,4 +1,4 @@
-"""Tasks, capabilities, skills and liability bindings (CONTRACT C1, C11)."""
+"""Tasks, capabilities, skills and liability bindings (docs/reference/api.md)."""
 
 from datetime import timedelta
 

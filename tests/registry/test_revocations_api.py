@@ -1,4 +1,4 @@
-"""POST/GET /agp/revocations: immediate, irreversible, cascading (CONTRACT C9)."""
+"""POST/GET /agp/revocations: immediate, irreversible, cascading (docs/reference/ledger.md)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Registering mcp skills against a real MCP server from the official SDK (CONTRACT C16).
+"""Registering mcp skills against a real MCP server from the official SDK (docs/reference/governance.md).
 
 ``POST /agp/skills`` with ``connector: "mcp"`` lists the server's tools and pins them;
 ``supersedes`` registers a new version that re-pins them. Every test asserts the status,

@@ -7,7 +7,7 @@ a valid request body for the seeded records with some fields replaced and its fr
 object (``data``, ``input``, ``payload``, ``parameters``, ``result``, ...) grown with
 arbitrary members, so hostile values get past validation into the services and the
 database; the same written with duplicate keys; and arbitrary bytes. Whatever arrives, the answer is never a
-5xx: either a success, or the C2 error envelope (the token endpoint: RFC 6749's shape).
+5xx: either a success, or the error (docs/reference/api.md) envelope (the token endpoint: RFC 6749's shape).
 
 ``AGP_HOSTILE_FUZZ_EXAMPLES`` (default 12, CI's bound) sets the examples per operation and kind;
 ``AGP_HOSTILE_FUZZ_SEED=random`` draws new ones (the default is derandomised for CI). A deep run

@@ -1,4 +1,4 @@
-"""``manage.py checkpoint``: extend the ledger's Merkle tree and sign a checkpoint now (C15).
+"""``manage.py checkpoint``: extend the ledger's Merkle tree and sign a checkpoint now (docs/reference/ledger.md).
 
 What the worker does every ``AGP_CHECKPOINT_SECONDS``, on demand: exits 0 with the new
 checkpoint (or saying the ledger has not grown since the newest one), 1 when the events

@@ -1,4 +1,4 @@
-"""``manage.py expire_idempotency_keys``: delete stored Idempotency-Key responses past their expiry (C4).
+"""``manage.py expire_idempotency_keys``: delete stored Idempotency-Key responses past their expiry (docs/reference/api.md).
 
 The same purge runs periodically in Celery beat (``core.tasks``); this command is for a
 cron job, a one-off clean-up, or a look at how many are due (``--dry-run``).

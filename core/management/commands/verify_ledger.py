@@ -1,5 +1,5 @@
-"""``manage.py verify_ledger``: check the hash chain (C9) and the Merkle tree against the newest
-checkpoint (C15); name the first broken link.
+"""``manage.py verify_ledger``: check the hash chain (docs/reference/ledger.md) and the Merkle tree against the newest
+checkpoint (docs/reference/ledger.md); name the first broken link.
 
 Exits 0 when both verify, 1 otherwise, so it can gate a cron job or a CI step.
 """

@@ -1,4 +1,4 @@
-"""``manage.py freeze``: an operator's emergency stop from the command line (CONTRACT C13).
+"""``manage.py freeze``: an operator's emergency stop from the command line (docs/reference/governance.md).
 
 The same service as ``POST /agp/freezes``: signed, ledgered (actor ``cli:<user>``), and the
 worker cancels the matching operations not yet passed to their connector.

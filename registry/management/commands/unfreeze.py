@@ -1,4 +1,4 @@
-"""``manage.py unfreeze``: lift a freeze (CONTRACT C13), as ``PATCH /agp/freezes/{id}`` does.
+"""``manage.py unfreeze``: lift a freeze (docs/reference/governance.md), as ``PATCH /agp/freezes/{id}`` does.
 
 Forward only: a freeze already lifted is an error. Operations it cancelled stay cancelled.
 """
