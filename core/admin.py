@@ -28,7 +28,16 @@ from .admin_base import (
     short_hash,
 )
 from .ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_verify, payload_text_hash
-from .models import Checkpoint, IdempotencyRecord, LedgerEvent, LedgerHead, MerkleTile, MerkleTreeLock, StaffTenancy
+from .models import (
+    Checkpoint,
+    IdempotencyRecord,
+    LedgerEvent,
+    LedgerHead,
+    LedgerPendingEvent,
+    MerkleTile,
+    MerkleTreeLock,
+    StaffTenancy,
+)
 from .selectors import checkpoint_newest, tree_verify
 
 # Ledger ``resource_type`` -> (model, its public id field): where an event's resource lives.
@@ -226,6 +235,20 @@ class LedgerEventAdmin(ReadOnlyModelAdmin):
     @admin.display(description="payload")
     def payload_pretty(self, obj):
         return pretty_json(obj.payload)
+
+
+@admin.register(LedgerPendingEvent)
+class LedgerPendingEventAdmin(ReadOnlyModelAdmin):
+    """Events committed with their change and waiting for the sequencer to give them their place
+    in the chain (docs/reference/ledger.md); a long list here means the sequencer is behind."""
+    tenant_field = "root_principal"
+
+    list_display = ("event_type", "resource_type", "resource_id", "actor", "recorded_at")
+    list_filter = ("event_type",)
+    search_fields = ("=event_id", "resource_id", "=task_id", "=action_id")
+    ordering = ("id",)
+    fields = ("event_id", "event_type", "resource_type", "resource_id", "actor", "recorded_at", "task_id",
+              "action_id", "root_principal", "payload_hash", "payload")
 
 
 @admin.register(LedgerHead)

@@ -21,6 +21,7 @@ from core.models import (
     IdempotencyRecord,
     LedgerEvent,
     LedgerHead,
+    LedgerPendingEvent,
     MerkleTile,
     MerkleTreeLock,
     OutboxMessage,
@@ -122,6 +123,10 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
         client_id="test-client", method="POST", path="/agp/tasks", key=new_id("idem"), fingerprint="0" * 64,
         response_status=201, response_body=b'{"ok": true}', created_at=now,
         expires_at=now + timedelta(days=1))
+    waiting = LedgerPendingEvent.objects.create(
+        event_id=new_id("evt"), event_type="task.closed", resource_type="Task", resource_id=world.task.task_id,
+        actor="test-client", payload="{}", payload_hash=content_hash({}), recorded_at=now, task_id=world.task.task_id,
+        root_principal=tenant)
     used_jti = UsedJti.objects.create(key=content_hash(tag).removeprefix("sha256:"), expires_at=now + timedelta(minutes=5))
     client, _ = Client.objects.get_or_create(client_id=f"client-{tag}", defaults={"scopes": ["agp.registry.read"], "kind": "operator"})
     with transaction.atomic():
@@ -146,7 +151,7 @@ def make_admin_world(*, extra_approvals: int = 0) -> AdminWorld:
                    world.assessment, world.approval, escalation, world.session, envelope, operation, receipt, payment,
                    outbox, attempt, idempotency, events[-1], LedgerHead.objects.get(pk=1), client, group, user,
                    checkpoint, MerkleTile.objects.first(), MerkleTreeLock.objects.get(pk=1), tenancy, webhook, notice,
-                   used_jti):
+                   used_jti, waiting):
         rows[type(record)] = record
     return AdminWorld(world=world, envelope=envelope, operation=operation, receipt=receipt, payment=payment,
                       grandchild=grandchild, events=events, rows=rows)
