@@ -15,7 +15,7 @@ import requests
 
 from tests.platform.conftest import ROOT, clean_env, free_port
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.embedded]
 
 
 def session_processes(sid: int) -> dict[int, str]:

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from tests.platform.conftest import ROOT, clean_env
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.embedded]
 
 
 def test_a_start_with_an_external_venv_leaves_the_checkouts_own_install_stamp_alone(tmp_path):

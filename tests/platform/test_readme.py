@@ -16,7 +16,7 @@ import pytest
 
 from tests.platform.conftest import ROOT, clean_env, free_port
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.embedded]
 
 README = (ROOT / "README.md").read_text()
 DOCUMENTED_URL = "http://127.0.0.1:8000"

@@ -12,7 +12,7 @@ import pytest
 from tests.platform.conftest import ROOT, clean_env, free_port
 from tests.platform.test_fresh_clone import session_processes
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.embedded]
 
 
 class Impostor(BaseHTTPRequestHandler):

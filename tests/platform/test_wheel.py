@@ -14,7 +14,7 @@ from django.conf import settings
 
 from tests.platform.conftest import ROOT
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.embedded]
 
 APPS = [app for app in settings.INSTALLED_APPS if (ROOT / app).is_dir()]
 PACKAGES = [*APPS, "agp_project", "agp_client"]
