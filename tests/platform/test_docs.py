@@ -47,3 +47,11 @@ def test_the_operations_guide_names_every_operator_command_of_the_project():
     assert len(commands) >= 14
     assert sorted(commands - listed) == [], "add these commands to docs/operations.md's operator commands"
     assert sorted(listed - commands) == [], "docs/operations.md lists commands that do not exist"
+
+
+def test_every_relative_link_of_the_docs_names_a_file_of_the_repository():
+    documents = [ROOT / "README.md", ROOT / "DEVELOPERS.md", *(ROOT / "docs").rglob("*.md")]
+    broken = [f"{document.relative_to(ROOT)}: {target}" for document in documents
+              for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", document.read_text())
+              if not target.startswith(("http:", "https:", "mailto:")) and not (document.parent / target).exists()]
+    assert broken == []
