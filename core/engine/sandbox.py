@@ -13,6 +13,7 @@ names the limit, and the waiting thread, blocked in ``select`` without the inter
 lock, never held up anyone else (docs/decisions/policy-engine.md).
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -153,12 +154,11 @@ class EngineProcess:
     def _drain_errors(self, *, wait: float) -> None:
         """Log what waits on stderr, waiting up to ``wait`` seconds for more (for a process that
         has gone, until its end), then how many lines were left out."""
-        try:
+        with contextlib.suppress(OSError, ValueError):  # already closed
             fd = self.process.stderr.fileno()
-            while select.select([fd], [], [], wait)[0] and self._read_errors(fd):
-                pass
-        except (OSError, ValueError):  # already closed
-            pass
+            more = True
+            while more:
+                more = bool(select.select([fd], [], [], wait)[0]) and self._read_errors(fd)
         if self._dropped:
             logger.warning("engine process %s: %s more lines of its output were not logged", self.process.pid,
                            self._dropped)

@@ -127,8 +127,10 @@ def wait_until_integrated() -> None:
 
 
 def drain() -> None:
-    while ledger_integrate():
-        pass
+    """Integrate until a batch finds nothing left."""
+    integrated = True
+    while integrated:
+        integrated = ledger_integrate()
 
 
 def assert_one_chain_of_the_committed_changes() -> None:

@@ -138,7 +138,7 @@ def test_the_task_schedules_the_next_attempt_after_the_backoff(ended, receiver, 
     from execution.tasks import deliver_callback
 
     class Scheduled(Exception):
-        pass
+        """Raised in place of sending the next attempt, with the countdown it was given."""
 
     scheduled = []
 

@@ -6,4 +6,4 @@ from .. import MarkCommitFailures
 
 
 class DatabaseWrapper(MarkCommitFailures, base.DatabaseWrapper):
-    pass
+    """Django's PostgreSQL connection, whose failed COMMIT is marked as an unknown outcome."""
