@@ -29,10 +29,13 @@ from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from agp_project.canonical import action_document, content_hash
 from agp_project.ids import new_id
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
+from execution.checks import EnvelopeInputs
+from execution.services import envelope_inputs
 from registry.models import Capability, Delegation, LiabilityBinding, PolicySet, Revocation, Skill, Task
 
 # docs/reference/execution.md's checks and docs/reference/governance.md's freeze, in the order a report lists them.
@@ -422,3 +425,17 @@ def governed_by_policy(world: World, *, ruleset: str = ONE_CALL_RULESET) -> Worl
 def one_call_request(world: World, **overrides) -> dict[str, Any]:
     """An envelope request without decision_ref and policy_decision_ref: the task's policy set decides."""
     return world.envelope_request(**{"decision_ref": None, "policy_decision_ref": None, **overrides})
+
+
+def check_inputs(world: World, **overrides) -> EnvelopeInputs:
+    """The world's envelope with ``overrides``, as the checks take it; its evaluation is made for the
+    resulting action unless the test is about the action (the evaluation's binding is check 5's own test)."""
+    body = world.bound_request(**overrides) if "parameters" in overrides else world.envelope_request(**overrides)
+    body.pop("type")
+    body["created_at"] = parse_datetime(body["created_at"])
+    return envelope_inputs(validated=body)
+
+
+def failed_checks(report) -> list[str]:
+    """The names of the checks ``report`` failed, in order."""
+    return [item["check"] for item in report.failed]

@@ -13,8 +13,7 @@ from django.utils import timezone
 
 from decision.models import Approval, Decision, PolicyEvaluation
 from execution.checks import envelope_checks
-from tests.execution.factories import make_full_world
-from tests.execution.test_checks import _inputs
+from tests.execution.factories import check_inputs, make_full_world
 from tests.identity import client_api
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +36,7 @@ def world_needing(approvals: int):
 
 
 def reason(world) -> str:
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
     outcome = report.result("approval")
     return ("passed: " if outcome["passed"] else "failed: ") + outcome["reason"]
 
@@ -73,7 +72,7 @@ def test_two_approvals_by_one_subject_count_once(auth_settings):
                                     "requires 2 approvals): 1 of 2 approvals")
     approve(world, "carol@example.com")
     assert reason(world).startswith("passed: 2 of 2 approvals")
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
     assert len(report.approval_ids) == 2 and report.approval_ref == report.approval_ids[0]
 
 

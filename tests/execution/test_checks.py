@@ -1,52 +1,30 @@
-"""The eleven fail-closed checks (docs/reference/execution.md, docs/reference/governance.md): each one alone, all at once, and their query count."""
+"""The eleven fail-closed checks (docs/reference/execution.md, docs/reference/governance.md): each one alone and all at once (their query counts: test_check_queries.py)."""
 
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 from django.db.models import F, Sum
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agp_project.exactjson import decimal_text
 from core.models import LedgerEvent, OutboxMessage
 from decision.models import Approval, CommerceSession, Decision, Escalation, ImpactAssessment, PolicyEvaluation
-from execution.checks import EnvelopeInputs, envelope_checks, envelope_recheck, parameters_violations
+from execution.checks import envelope_checks, parameters_violations
 from execution.models import ActionEnvelope, Operation, Payment
-from execution.services import envelope_inputs
 from registry.models import Capability, Delegation, Freeze, LiabilityBinding, PolicySet, Revocation, Skill, Task
-from tests.execution.factories import THE_CHECKS, make_full_world, make_noise, make_world
+from tests.execution.factories import THE_CHECKS, check_inputs, failed_checks, make_full_world, make_world
 
 pytestmark = pytest.mark.django_db
 
 URL = "/agp/action-envelopes"
-# The checks' queries, in tests/query_counts.json: for a read, the task, skills, approvals, capability,
-# decision, evaluation, escalations, freezes, delegation candidates, their links, revocations; for a
-# transact, also the impact assessment (rule 5), the commerce session, the spending under the chain
-# and the liability bindings.
-READ = "envelope checks: read"
-TRANSACT = "envelope checks: transact"
-MAX_VALIDATE_QUERIES = 20
 
 
 def _iso(value):
     return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _inputs(world, **overrides) -> EnvelopeInputs:
-    """The world's envelope with ``overrides``; its evaluation is made for the resulting action
-    unless the test is about the action (the evaluation's binding is check 5's own test)."""
-    body = world.bound_request(**overrides) if "parameters" in overrides else world.envelope_request(**overrides)
-    body.pop("type")
-    from django.utils.dateparse import parse_datetime
-    body["created_at"] = parse_datetime(body["created_at"])
-    return envelope_inputs(validated=body)
-
-
-def _failed(report) -> list[str]:
-    return [item["check"] for item in report.failed]
 
 
 # --- removing exactly one prerequisite -------------------------------------------------------------------
@@ -187,7 +165,7 @@ def test_it_lists_every_failed_check_for_references_that_do_not_exist(api):
 # --- the finer rules of each check -------------------------------------------------------------------------
 def test_it_passes_every_check_of_a_low_risk_read():
     world = make_world()
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
     assert report.passed, report.failed
     assert report.commerce_session_ref is None and report.approval_ref == world.approval.approval_id
     assert report.delegation_ref == world.delegation.delegation_id
@@ -196,15 +174,15 @@ def test_it_passes_every_check_of_a_low_risk_read():
 def test_it_fails_delegation_when_an_ancestor_expired():
     world = make_world()
     Delegation.objects.filter(pk=world.root_delegation.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["delegation"]
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == ["delegation"]
     assert world.root_delegation.delegation_id in report.result("delegation")["reason"]
 
 
 def test_it_fails_delegation_when_an_ancestor_is_revoked_without_cascade():
     world = make_world()
     Delegation.objects.filter(pk=world.root_delegation.pk).update(status="revoked")
-    assert _failed(envelope_checks(inputs=_inputs(world))) == ["delegation"]
+    assert failed_checks(envelope_checks(inputs=check_inputs(world))) == ["delegation"]
 
 
 def test_it_fails_delegation_and_capability_when_the_agent_is_revoked():
@@ -212,7 +190,7 @@ def test_it_fails_delegation_and_capability_when_the_agent_is_revoked():
     now = timezone.now()
     Revocation.objects.create(revocation_id="rev-agent", target_type="agent", target_id=world.agent_id,
                               revoked_at=now, created_at=now)
-    assert _failed(envelope_checks(inputs=_inputs(world))) == ["delegation", "capability"]
+    assert failed_checks(envelope_checks(inputs=check_inputs(world))) == ["delegation", "capability"]
 
 
 @pytest.mark.parametrize("target, failed", [
@@ -233,8 +211,8 @@ def test_a_revocation_record_stops_a_record_whose_status_still_says_active(targe
     now = timezone.now()
     Revocation.objects.create(revocation_id="rev-1", target_type=target_type, target_id=target_id,
                               revoked_at=now, created_at=now)
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == failed
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == failed
 
 
 def test_it_takes_the_newest_skill_not_revoked():
@@ -245,7 +223,7 @@ def test_it_takes_the_newest_skill_not_revoked():
     now = timezone.now()
     Revocation.objects.create(revocation_id="rev-newer", target_type="skill", target_id=newer.skill_id,
                               revoked_at=now, created_at=now)
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
     assert report.passed, report.failed
     assert report.skill_id == world.skill.skill_id
 
@@ -256,7 +234,7 @@ def test_an_approval_recorded_after_a_rejection_stands():
                             created_at=timezone.now())
     Approval.objects.create(approval_id="apr-again", decision=world.decision, approver="cfo", verdict="approved",
                             created_at=timezone.now())
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
     assert report.passed, report.failed
     assert report.approval_ref == "apr-again"
 
@@ -267,8 +245,8 @@ def test_it_uses_another_valid_delegation_but_then_fails_the_capability_issued_u
     make_delegation(root_principal=world.root_principal, delegator=world.orchestrator_id, delegate=world.agent_id,
                     scope=["crm:*"], parent=world.root_delegation)
     Delegation.objects.filter(pk=world.delegation.pk).update(status="revoked")
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["capability"]
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == ["capability"]
     assert "was issued under delegation" in report.result("capability")["reason"]
 
 
@@ -281,23 +259,23 @@ def test_it_uses_another_valid_delegation_but_then_fails_the_capability_issued_u
 def test_it_fails_capability_rules(change, expected):
     world = make_world()
     Capability.objects.filter(pk=world.capability.pk).update(**change)
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["capability"]
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == ["capability"]
     assert expected in report.result("capability")["reason"]
 
 
 def test_it_fails_capability_outside_the_delegation_scope():
     world = make_world()
     Delegation.objects.filter(pk=world.delegation.pk).update(authority_scope=["crm:read"])
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["capability"]
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == ["capability"]
     assert "outside the authority scope" in report.result("capability")["reason"]
 
 
 def test_it_accepts_a_wildcard_delegation_scope():
     world = make_world()
     Delegation.objects.filter(pk=world.delegation.pk).update(authority_scope=["crm:*"])
-    assert envelope_checks(inputs=_inputs(world)).passed
+    assert envelope_checks(inputs=check_inputs(world)).passed
 
 
 @pytest.mark.parametrize("parameters, expected", [
@@ -308,8 +286,8 @@ def test_it_accepts_a_wildcard_delegation_scope():
 ])
 def test_it_fails_parameters_outside_the_allowed_ranges(parameters, expected):
     world = make_world()
-    report = envelope_checks(inputs=_inputs(world, parameters=parameters))
-    assert _failed(report) == ["capability"]
+    report = envelope_checks(inputs=check_inputs(world, parameters=parameters))
+    assert failed_checks(report) == ["capability"]
     assert expected in report.result("capability")["reason"]
 
 
@@ -325,8 +303,8 @@ def test_it_checks_enum_ranges_and_fails_closed_on_unknown_range_shapes():
 def test_it_fails_capability_without_an_active_skill_for_the_tool(change):
     world = make_world()
     Skill.objects.filter(pk=world.skill.pk).update(**change)
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["capability"]
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == ["capability"]
     assert "no active skill" in report.result("capability")["reason"]
 
 
@@ -334,21 +312,21 @@ def test_it_fails_capability_without_an_active_skill_for_the_tool(change):
 def test_it_fails_decision_rules(change):
     world = make_world()
     Decision.objects.filter(pk=world.decision.pk).update(**change)
-    assert _failed(envelope_checks(inputs=_inputs(world))) == ["decision"]
+    assert failed_checks(envelope_checks(inputs=check_inputs(world))) == ["decision"]
 
 
 def test_it_fails_a_decision_of_another_task():
     world, other = make_world(), make_world()
-    report = envelope_checks(inputs=_inputs(world, decision_ref=other.decision.decision_id))
-    assert "decision" in _failed(report)
+    report = envelope_checks(inputs=check_inputs(world, decision_ref=other.decision.decision_id))
+    assert "decision" in failed_checks(report)
     assert "another task" in report.result("decision")["reason"]
 
 
 def test_it_fails_policy_evaluation_when_the_ruleset_changed_or_the_set_is_revoked():
     world = make_world()
     PolicySet.objects.filter(pk=world.policy_set.pk).update(ruleset_hash="sha256:" + "0" * 64, status="revoked")
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["policy_evaluation"]
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == ["policy_evaluation"]
     assert "revoked" in report.result("policy_evaluation")["reason"]
     assert "ruleset changed" in report.result("policy_evaluation")["reason"]
 
@@ -356,39 +334,39 @@ def test_it_fails_policy_evaluation_when_the_ruleset_changed_or_the_set_is_revok
 def test_it_fails_policy_evaluation_of_another_agent():
     world = make_world()
     PolicyEvaluation.objects.filter(pk=world.evaluation.pk).update(agent_id="someone-else")
-    assert _failed(envelope_checks(inputs=_inputs(world))) == ["policy_evaluation"]
+    assert failed_checks(envelope_checks(inputs=check_inputs(world))) == ["policy_evaluation"]
 
 
 def test_it_fails_impact_assessment_that_says_do_not_proceed():
     world = make_full_world()
     ImpactAssessment.objects.filter(pk=world.assessment.pk).update(recommendation="do_not_proceed")
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["impact_assessment"]
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == ["impact_assessment"]
 
 
 def test_it_requires_no_assessment_below_rule_five():
     world = make_world(action_class="transact", risk_level="medium")
     assert world.assessment is None
-    assert envelope_checks(inputs=_inputs(world)).passed
+    assert envelope_checks(inputs=check_inputs(world)).passed
 
 
 def test_it_requires_approval_when_the_evaluation_says_so_and_not_otherwise():
     world = make_world(require_approval=True, approval=False)
-    assert _failed(envelope_checks(inputs=_inputs(world))) == ["approval"]
+    assert failed_checks(envelope_checks(inputs=check_inputs(world))) == ["approval"]
     relaxed = make_world(require_approval=False, approval=False)
-    report = envelope_checks(inputs=_inputs(relaxed))
+    report = envelope_checks(inputs=check_inputs(relaxed))
     assert report.passed and report.approval_ref is None
 
 
 def test_it_fails_an_expired_approval_and_one_rejected_later():
     world = make_full_world()
     Approval.objects.filter(pk=world.approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert _failed(envelope_checks(inputs=_inputs(world))) == ["approval"]
+    assert failed_checks(envelope_checks(inputs=check_inputs(world))) == ["approval"]
     other = make_full_world()
     Approval.objects.create(approval_id="apr-later-reject", decision=other.decision, approver="cfo",
                             verdict="rejected", created_at=timezone.now() + timedelta(seconds=1))
-    report = envelope_checks(inputs=_inputs(other))
-    assert _failed(report) == ["approval"]
+    report = envelope_checks(inputs=check_inputs(other))
+    assert failed_checks(report) == ["approval"]
     assert "rejected by a later approval" in report.result("approval")["reason"]
 
 
@@ -397,17 +375,17 @@ def test_it_blocks_on_upheld_but_not_on_dismissed_escalations():
     now = timezone.now()
     Escalation.objects.create(escalation_id="esc-dismissed", decision=world.decision, status="resolved",
                               outcome="dismissed", resolved_at=now, created_at=now)
-    assert envelope_checks(inputs=_inputs(world)).passed
+    assert envelope_checks(inputs=check_inputs(world)).passed
     Escalation.objects.create(escalation_id="esc-upheld", decision=world.decision, status="resolved",
                               outcome="upheld", resolved_at=now, created_at=now)
-    report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["escalation"]
+    report = envelope_checks(inputs=check_inputs(world))
+    assert failed_checks(report) == ["escalation"]
     assert "esc-upheld" in report.result("escalation")["reason"]
 
 
 def _commerce_reason(world, **overrides) -> str:
-    report = envelope_checks(inputs=_inputs(world, **overrides))
-    assert _failed(report) == ["commerce"]
+    report = envelope_checks(inputs=check_inputs(world, **overrides))
+    assert failed_checks(report) == ["commerce"]
     return report.result("commerce")["reason"]
 
 
@@ -468,7 +446,7 @@ def test_it_fails_commerce_without_a_usable_amount(parameters, expected):
 
 def test_it_passes_a_read_whose_parameters_hold_an_amount_too_large_to_transact():
     world = make_world()
-    report = envelope_checks(inputs=_inputs(world, parameters={"amount": 1e30}))
+    report = envelope_checks(inputs=check_inputs(world, parameters={"amount": 1e30}))
     assert report.passed, report.failed
 
 
@@ -480,144 +458,16 @@ def test_it_fails_commerce_in_another_currency():
 
 def test_it_allows_created_at_up_to_sixty_seconds_ahead():
     world = make_world()
-    assert envelope_checks(inputs=_inputs(world, created_at=_iso(timezone.now() + timedelta(seconds=55)))).passed
-
-
-# --- a fixed number of queries, whatever the table sizes ---------------------------------------------------
-def _count_check_queries(world) -> int:
-    inputs = _inputs(world)
-    with CaptureQueriesContext(connection) as captured:
-        report = envelope_checks(inputs=inputs)
-    assert report.passed, report.failed
-    return len(captured.captured_queries)
-
-
-@pytest.mark.parametrize("factory", [make_world, make_full_world])
-def test_it_validates_with_a_fixed_number_of_queries_at_small_and_large_table_sizes(factory, api, query_counts):
-    small_world = factory()
-    small = _count_check_queries(small_world)
-
-    large_world = factory()
-    make_noise(large_world, 1000)
-    make_noise(small_world, 10)
-    large = _count_check_queries(large_world)
-
-    assert small == large == query_counts.expected(READ if factory is make_world else TRANSACT)
-
-    # The whole validate-only request too: same count at both sizes.
-    counts = []
-    for world in (small_world, large_world):
-        with CaptureQueriesContext(connection) as captured:
-            response = api.post(URL, world.envelope_request(), format="json")
-        assert response.status_code == 200, response.json()
-        counts.append(len(captured.captured_queries))
-    assert counts[0] == counts[1] <= MAX_VALIDATE_QUERIES
-
-
-def test_it_pins_the_query_count_of_each_action_class(query_counts):
-    read, transact = make_world(), make_full_world()
-    read_inputs, transact_inputs = _inputs(read), _inputs(transact)
-    with query_counts.pinned(READ):
-        assert envelope_checks(inputs=read_inputs).passed
-    with query_counts.pinned(TRANSACT):
-        assert envelope_checks(inputs=transact_inputs).passed
-
-
-def test_it_reads_the_matching_freezes_in_one_query_whether_or_not_one_matches(django_assert_num_queries, query_counts):
-    world = make_world()
-    # Other targets' freezes, active and lifted, and a lifted one of this agent: none matches.
-    now = timezone.now()
-    Freeze.objects.bulk_create([
-        Freeze(freeze_id="frz-other-agent", target_type="agent", target_id="someone-else", reason="r",
-               frozen_by="ops", created_at=now),
-        Freeze(freeze_id="frz-other-tool", target_type="tool", target_id="another-tool", reason="r",
-               frozen_by="ops", created_at=now),
-        Freeze(freeze_id="frz-lifted", target_type="agent", target_id=world.agent_id, reason="r", frozen_by="ops",
-               status="lifted", lifted_at=now, created_at=now)])
-    with django_assert_num_queries(query_counts.expected(READ)):
-        assert envelope_checks(inputs=_inputs(world)).passed
-
-    Freeze.objects.create(freeze_id="frz-principal", target_type="root_principal", target_id=world.root_principal,
-                          reason="r", frozen_by="ops", created_at=now)
-    Freeze.objects.create(freeze_id="frz-tool", target_type="tool", target_id=world.tool_id, reason="r",
-                          frozen_by="ops", created_at=now)
-    with django_assert_num_queries(query_counts.expected(READ)):
-        report = envelope_checks(inputs=_inputs(world))
-    assert _failed(report) == ["freeze"]
-    assert report.result("freeze")["reason"] == (
-        f"frozen by freeze 'frz-principal' (root_principal {world.root_principal!r}), "
-        f"freeze 'frz-tool' (tool {world.tool_id!r})")
-    assert [f["freeze_id"] for f in report.freezes] == ["frz-principal", "frz-tool"]
+    assert envelope_checks(inputs=check_inputs(world, created_at=_iso(timezone.now() + timedelta(seconds=55)))).passed
 
 
 def test_an_all_freeze_fails_even_an_envelope_whose_task_does_not_exist():
     world = make_world()
     Freeze.objects.create(freeze_id="frz-all", target_type="all", reason="incident", frozen_by="ops",
                           created_at=timezone.now())
-    report = envelope_checks(inputs=_inputs(world, task_id="no-such-task"))
-    assert "freeze" in _failed(report) and "task" in _failed(report)
+    report = envelope_checks(inputs=check_inputs(world, task_id="no-such-task"))
+    assert "freeze" in failed_checks(report) and "task" in failed_checks(report)
     assert report.freezes == [{"freeze_id": "frz-all", "target_type": "all", "target_id": None}]
-
-
-def test_a_submission_s_checks_find_an_accepted_envelope_before_anything_else(api, django_assert_num_queries, query_counts):
-    world = make_world()
-    inputs = _inputs(world)
-    with django_assert_num_queries(query_counts.expected(READ) + 1):
-        fresh = envelope_checks(inputs=inputs, new=True)
-    assert fresh.passed and not fresh.already_accepted and len(fresh.results) == 11
-    assert api.post("/agp/action-envelopes", world.envelope_request(action_id=inputs.action_id), format="json",
-                    HTTP_PREFER="respond-async").status_code == 202
-    # Accepted now: one query, no check runs, and the report does not pass (fails closed).
-    with django_assert_num_queries(1):
-        duplicate = envelope_checks(inputs=inputs, new=True)
-    assert duplicate.already_accepted and not duplicate.passed and duplicate.results == []
-    # Execution and replay check a stored envelope: it is not a duplicate of itself.
-    assert not envelope_checks(inputs=inputs).already_accepted
-
-
-def test_it_rechecks_a_stored_envelope_with_its_own_payment(api, django_assert_num_queries, query_counts):
-    world = make_full_world(amount_limit=Decimal("50"))
-    response = api.post(URL, world.envelope_request(), format="json", HTTP_PREFER="respond-async")
-    assert response.status_code == 202, response.json()
-    envelope = ActionEnvelope.objects.get()
-
-    # The session is full, but with the envelope's own reservation (its payment: one query more).
-    with django_assert_num_queries(query_counts.expected(TRANSACT) + 1):
-        report = envelope_recheck(envelope=envelope)
-
-    assert report.passed, report.failed
-    assert report.commerce_session_ref == world.session.session_id
-
-
-def test_it_sums_the_spending_of_the_usable_chain_when_the_preferred_delegation_is_broken(
-        django_assert_num_queries, query_counts):
-    world = make_full_world(root_spend_limit=Decimal("500"), spend_limit=Decimal("500"))
-    from tests.execution.factories import make_delegation
-    # A second tree for the same root principal, under which the agent's other delegation
-    # has already spent 470 of its 500: the preferred chain's sums would let 50 through.
-    other_root = make_delegation(root_principal=world.root_principal, delegator=world.root_principal,
-                                 delegate=world.orchestrator_id, scope=["crm:*"], spend=("USD", Decimal("500")))
-    other = make_delegation(root_principal=world.root_principal, delegator=world.orchestrator_id,
-                            delegate=world.agent_id, scope=["crm:*"], parent=other_root,
-                            spend=("USD", Decimal("500")))
-    CommerceSession.objects.create(session_id="cs-other-tree", task=world.task, agent_id="someone",
-                                   delegation=other, currency="USD", amount_limit=Decimal("500"),
-                                   spent_amount=Decimal("470"), created_at=timezone.now())
-    # The preferred delegation (the capability's) stays a candidate, but its root expired.
-    Delegation.objects.filter(pk=world.root_delegation.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    inputs = _inputs(world)
-
-    # The sums of the preferred, broken chain, then those of the usable one.
-    with django_assert_num_queries(query_counts.expected(TRANSACT) + 1):
-        report = envelope_checks(inputs=inputs)
-
-    assert report.delegation_ref == other.delegation_id
-    assert report.chain_delegation_pks == [other_root.pk, other.pk]
-    assert _failed(report) == ["capability", "commerce"]
-    reason = report.result("commerce")["reason"]
-    assert f"delegation {other_root.delegation_id!r} spend limit" in reason
-    assert f"delegation {other.delegation_id!r} spend limit" in reason
-    assert "outside the agent's delegation chain" in reason  # the session is under the broken one
 
 
 def test_it_prefers_the_capability_s_delegation_and_names_the_five_newest_blocking_escalations():
@@ -633,9 +483,9 @@ def test_it_prefers_the_capability_s_delegation_and_names_the_five_newest_blocki
         Escalation.objects.create(escalation_id=f"esc-{i}", task=world.task, reason="stop", created_at=now,
                                   **({"status": "resolved", "outcome": "upheld", "resolved_at": now} if i % 2 else {}))
 
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
 
-    assert _failed(report) == ["escalation"]
+    assert failed_checks(report) == ["escalation"]
     assert report.delegation_ref == world.delegation.delegation_id
     # The five recorded last, newest first, as escalations_blocking orders them.
     assert report.result("escalation")["reason"] == (
@@ -652,9 +502,9 @@ def test_it_reports_money_datetimes_and_ranges_as_stored():
     session = CommerceSession.objects.get(pk=world.session.pk)
     capability = Capability.objects.get(pk=world.capability.pk)
 
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
 
-    assert _failed(report) == ["capability", "commerce"]
+    assert failed_checks(report) == ["capability", "commerce"]
     room = session.amount_limit - session.spent_amount - session.reserved_amount
     assert f"has {decimal_text(room)} USD left, less than 50" in report.result("commerce")["reason"]
     assert f"expired at {capability.expires_at.isoformat()}" in report.result("capability")["reason"]
@@ -680,8 +530,8 @@ def test_it_fails_closed_on_an_empty_reference():
     """An empty decision reference names no escalation target and no decision."""
     world = make_world()
     Escalation.objects.create(escalation_id="esc-on-task", task=world.task, reason="stop", created_at=timezone.now())
-    report = envelope_checks(inputs=replace(_inputs(world), decision_ref=""))
-    assert _failed(report) == ["decision", "escalation"]
+    report = envelope_checks(inputs=replace(check_inputs(world), decision_ref=""))
+    assert failed_checks(report) == ["decision", "escalation"]
     assert "'esc-on-task' (open)" in report.result("escalation")["reason"]
 
 
@@ -692,9 +542,9 @@ def test_it_honours_a_rejection_recorded_after_the_approval_even_when_backdated(
                             verdict="rejected", expires_at=timezone.now() + timedelta(hours=1),
                             created_at=world.approval.created_at - timedelta(days=1))
 
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
 
-    assert _failed(report) == ["approval"]
+    assert failed_checks(report) == ["approval"]
     assert "rejected by a later approval" in report.result("approval")["reason"]
 
 
@@ -707,9 +557,9 @@ def test_it_takes_the_assessment_recorded_last_not_the_one_dated_latest():
         time_horizons=[{"horizon": "immediate", "consequences": [], "severity": "severe", "reversible": False}],
         recommendation="do_not_proceed", assessed_at=timezone.now(), created_at=timezone.now())
 
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
 
-    assert _failed(report) == ["impact_assessment"]
+    assert failed_checks(report) == ["impact_assessment"]
     assert "'ia-later' recommends do_not_proceed" in report.result("impact_assessment")["reason"]
 
 
@@ -721,7 +571,7 @@ def test_it_picks_the_delegation_recorded_last_not_the_one_with_the_latest_accep
     Delegation.objects.filter(pk=later.pk).update(accepted_at=timezone.now() - timedelta(days=30))
 
     # No capability to prefer a delegation by: the newest usable one is taken.
-    report = envelope_checks(inputs=_inputs(world, capability_token_ref="cap-none"))
+    report = envelope_checks(inputs=check_inputs(world, capability_token_ref="cap-none"))
 
     assert report.delegation_ref == later.delegation_id
     assert report.result("delegation")["passed"] is True
@@ -732,7 +582,7 @@ def test_it_refuses_a_tool_registered_with_a_colon_before_such_ids_were_refused(
     # can be read as granting it. Written with the ORM (the API refuses such ids now).
     world = make_world(tool_id="pay:admin", operation="refund")
 
-    report = envelope_checks(inputs=_inputs(world))
+    report = envelope_checks(inputs=check_inputs(world))
 
-    assert _failed(report) == ["capability"]
+    assert failed_checks(report) == ["capability"]
     assert "contains ':' or '*'" in report.result("capability")["reason"]

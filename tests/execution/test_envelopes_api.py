@@ -204,7 +204,7 @@ def test_it_refuses_a_duplicate_before_any_check_and_records_nothing_for_it(api)
 
 
 def test_a_validation_reads_the_checks_state_and_writes_only_its_event(api, django_assert_num_queries, query_counts):
-    from tests.execution.test_checks import READ
+    from tests.execution.test_check_queries import READ
 
     world = make_world()
     body = world.envelope_request()

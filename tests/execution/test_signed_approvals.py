@@ -11,8 +11,7 @@ from core import engine
 from decision.models import Approval, PolicyEvaluation
 from execution.checks import envelope_checks
 from tests.decision.factories import ruleset_hash
-from tests.execution.factories import make_full_world
-from tests.execution.test_checks import _inputs
+from tests.execution.factories import check_inputs, make_full_world
 from tests.identity import client_api
 
 pytestmark = pytest.mark.django_db
@@ -54,7 +53,7 @@ def approve(api, world, **extra):
 
 
 def approval_outcome(world) -> dict:
-    return envelope_checks(inputs=_inputs(world)).result("approval")
+    return envelope_checks(inputs=check_inputs(world)).result("approval")
 
 
 def test_the_engine_exposes_signed_approvals_required():
