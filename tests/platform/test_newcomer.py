@@ -2,7 +2,8 @@
 ``scripts/serve`` reinstall its dependencies, nor leave it messages to chew on."""
 
 import subprocess
-import sys
+import sysconfig
+import venv as venvs
 from pathlib import Path
 
 import pytest
@@ -14,12 +15,15 @@ pytestmark = [pytest.mark.system, pytest.mark.embedded]
 
 
 def test_a_start_with_an_external_venv_leaves_the_checkouts_own_install_stamp_alone(tmp_path):
-    # A virtualenv that is this test's interpreter (every dependency installed), as the
-    # tests' scripts/serve uses .venv through AGP_VENV.
+    # A virtualenv of its own that sees this test's packages (every dependency installed), as
+    # the tests' scripts/serve uses .venv through AGP_VENV: its install finds everything there
+    # and writes nothing but its stamp.
     venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(sys.executable)
+    venvs.create(venv, with_pip=False)
+    site_packages = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    (site_packages / "test-packages.pth").write_text(sysconfig.get_path("purelib") + "\n")
     own = venv / ".agp-install-stamp"
+
     own.write_text("the checkout's own install\n")
 
     done = subprocess.run(["bash", "-c", 'source scripts/_venv.sh && echo "ready"'], cwd=ROOT,
