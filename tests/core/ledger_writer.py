@@ -1,6 +1,8 @@
-"""A writer process for the sequencer's fault tests: ``python -m tests.core.ledger_writer SECONDS INDEX``.
+"""A writer process for the sequencer's fault tests:
+``python -m tests.core.ledger_writer SECONDS INDEX STOP_FILE``.
 
-Writes for SECONDS from when it is connected.
+Writes for SECONDS from when it is connected, or until STOP_FILE exists: then it ends the
+change in flight and exits 0.
 
 Each change is a row of ``fault_change`` and its ledger event, written in one transaction
 through the service's append. A terminated connection is reconnected and the writing goes
@@ -9,12 +11,13 @@ on: whether the change in flight then committed is for the database to say, not 
 
 import sys
 import time
+from pathlib import Path
 
 import django
 
 
 def main() -> None:
-    seconds, index = float(sys.argv[1]), int(sys.argv[2])
+    seconds, index, stop_file = float(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     django.setup()
     from django.db import DatabaseError, connection, transaction
 
@@ -23,7 +26,8 @@ def main() -> None:
     connection.ensure_connection()
     stop = time.time() + seconds  # from when the process is ready: starting is slow on a busy machine
     n = 0
-    while time.time() < stop:
+    while time.time() < stop and not stop_file.exists():
+
         change = f"w{index}-{n}"
         n += 1
         try:

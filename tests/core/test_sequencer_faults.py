@@ -35,13 +35,13 @@ WRITER_APP = "agp-fault-writer"
 
 
 @pytest.fixture
-def faults(transactional_db, settings):
+def faults(transactional_db, settings, tmp_path):
     settings.AGP_LEDGER_SEQUENCER = True
     LedgerHead.objects.get_or_create(pk=1)
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS fault_change (id text PRIMARY KEY)")
         cursor.execute("TRUNCATE fault_change")
-    run = Run()
+    run = Run(tmp_path / "stop-writing")
     yield run
     run.stop()
     with connection.cursor() as cursor:
@@ -49,7 +49,9 @@ def faults(transactional_db, settings):
 
 
 class Run:
-    def __init__(self):
+    def __init__(self, stop_file):
+        self.stop_file = stop_file
+
         self.env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agp_project.settings.test",
                     "AGP_DATABASE_URL": database_url(), "AGP_LEDGER_SEQUENCER": "1", "PYTHONUNBUFFERED": "1"}
         self.env.pop("AGP_AUTH_SECRET", None)
@@ -58,7 +60,8 @@ class Run:
         self.signing = threading.Event()
 
     def start_writers(self, seconds: float) -> None:
-        self.writers = [subprocess.Popen([sys.executable, "-m", "tests.core.ledger_writer", str(seconds), str(i)],
+        self.writers = [subprocess.Popen([sys.executable, "-m", "tests.core.ledger_writer", str(seconds), str(i),
+                                          str(self.stop_file)],
                                          cwd=REPO, env={**self.env, "PGAPPNAME": WRITER_APP})
                         for i in range(WRITERS)]
 
@@ -88,6 +91,8 @@ class Run:
         assert self.signed >= 1
 
     def writers_done(self) -> None:
+        """Stop the writers once the faults are done: each ends its change in flight and exits 0."""
+        self.stop_file.touch()
         for writer in self.writers:
             assert writer.wait(timeout=120) == 0
 
@@ -159,7 +164,7 @@ def assert_one_chain_of_the_committed_changes() -> None:
 
 
 def test_a_sequencer_killed_mid_batch_loses_and_duplicates_nothing(faults):
-    faults.start_writers(15)
+    faults.start_writers(60)
     faults.sign_checkpoints()
     wait_for_pending(3000)  # a backlog, so that batches are full and take a while
     faults.start_sequencer()
@@ -185,7 +190,8 @@ def test_a_sequencer_killed_mid_batch_loses_and_duplicates_nothing(faults):
 
 def test_terminated_backends_under_eight_writers_lose_and_duplicate_nothing(faults):
     faults.start_sequencer()
-    faults.start_writers(15)
+    faults.start_writers(60)
+
     faults.sign_checkpoints()
     terminated = collections.Counter()
     deadline = time.monotonic() + 60
