@@ -232,10 +232,13 @@ DOC_IMAGES = Path(settings.BASE_DIR) / "docs" / "images"
 
 
 def screenshot_for_docs(driver, name: str) -> Path:
-    """A screenshot kept as a build artefact and as the picture docs/operations.md shows."""
+    """A screenshot kept as a build artefact; with AGP_UPDATE_DOC_IMAGES=1 also the picture
+    docs/operations.md shows (a plain run leaves the checkout's files alone)."""
     path = screenshot(driver, name)
-    (DOC_IMAGES / name).write_bytes(path.read_bytes())
+    if os.environ.get("AGP_UPDATE_DOC_IMAGES") == "1":
+        (DOC_IMAGES / name).write_bytes(path.read_bytes())
     return path
+
 
 
 def sign_in_as(browser, live_server, username: str, password: str) -> None:
