@@ -29,7 +29,8 @@ def test_it_costs_one_indexed_query_per_authenticated_request(api, settings, mak
 
 
 @pytest.mark.django_db
-def test_it_reads_the_client_once_even_when_the_idempotency_middleware_asks_too(api, settings, make_token):
+def test_it_reads_the_client_once_even_when_the_idempotency_middleware_asks_too(api, settings, make_token,
+                                                                                ledger_head):
     token = make_token()
 
     def keyed_write(key: str, **headers) -> int:

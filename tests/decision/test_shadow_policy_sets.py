@@ -192,7 +192,7 @@ def test_a_shadow_stopped_at_the_engine_s_time_limit_is_recorded_with_its_reason
     assert PolicyEvaluation.objects.get(evaluation_id=evaluation["evaluation_id"]).allowed is True
 
 
-def test_its_shadows_cost_an_evaluation_one_outbox_row_and_no_query_to_read_them(api):
+def test_its_shadows_cost_an_evaluation_one_outbox_row_and_no_query_to_read_them(api, ledger_head):
     world = make_world()
     body = {"policy_set_id": world.policy_set.policy_set_id, "task_id": world.task.task_id,
             "agent_id": world.agent_id, "input": {"action_class": "read"}}
