@@ -31,7 +31,11 @@ BROKER_ONLY_HEAVY = (
     "tests/platform/test_checkpoints.py", "tests/platform/test_operating_live.py",
     "tests/agp_client/test_client_execution_live.py",
     "tests/execution/test_callbacks.py", "tests/execution/test_mcp_example.py", "tests/execution/test_runner.py",
+    "tests/agp_client/test_governed_worker.py", "tests/decision/test_approval_notifications.py",
+    "tests/decision/test_shadow_worker.py", "tests/execution/test_worker_sequencer.py",
+    "tests/gateway/test_examples.py", "tests/reliability/test_faults.py",
 )
+
 WRITES = ("set", "setex", "incr", "incrby", "lpush", "rpush", "sadd", "zadd", "hset")
 
 
