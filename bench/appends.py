@@ -13,7 +13,9 @@ the same time:
   a refusal records itself), in a loop. With the sequencer (the default on PostgreSQL) the
   event is written for it and integrated into the chain by the sequencer of the running
   service's worker: an append is counted when it is integrated, so the rate is the appends
-  made over the time from the start to the integration of the last one;
+  made over the time from the start to the integration of the last one (the writers'
+  processes ending, after their last append, is no part of it); beside it, the rate at
+  which the writers committed them (the appends over the window);
 - ``appends_one_writer``: the same with one process;
 - ``batched``: ``writers`` processes each append ``BATCH`` events per transaction
   (``core.ledger.ledger_batch``: one statement, one commit), counted likewise;
@@ -34,6 +36,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 PROBE_TABLE = "bench_append_probe"
 BATCH = 10
@@ -148,10 +151,16 @@ def _run(target, args: tuple, writers: int, seconds: float) -> int:
     return _run_timed(target, args, writers, seconds)[0]
 
 
-def _run_timed(target, args: tuple, writers: int, seconds: float) -> tuple[int, float]:
-    """The writers' total count and the epoch second their window opened."""
+def _run_timed(target, args: tuple, writers: int, seconds: float, finished=None) -> tuple[int, float, Any]:
+    """The writers' total count, the epoch second their window opened, and what
+    ``finished()`` returned when called once every writer had made its last append.
+
+    A writer's count is -1 until it has finished; ``finished`` runs then, before the
+    processes are joined: a spawned Django process takes about 0.6 s of CPU to tear its
+    interpreter down, time that belongs to neither the appends nor their integration.
+    """
     context = multiprocessing.get_context("spawn")
-    counts = context.Array("q", writers)
+    counts = context.Array("q", [-1] * writers)
     ready = context.Semaphore(0)
     window = context.Array("d", 2)  # (start, stop), epoch seconds; 0 until every writer is ready
     processes = [context.Process(target=target, args=(*args, ready, window, counts, i)) for i in range(writers)]
@@ -166,11 +175,16 @@ def _run_timed(target, args: tuple, writers: int, seconds: float) -> tuple[int, 
     start = time.time() + 0.1
     window[1] = start + seconds
     window[0] = start
+    while min(counts) < 0:
+        if any(process.exitcode not in (None, 0) for process in processes):
+            break  # reported below
+        time.sleep(0.005)
+    result = finished() if finished is not None and min(counts) >= 0 else None
     for process in processes:
         process.join()
         if process.exitcode != 0:
             raise SystemExit(f"a writer exited with {process.exitcode}")
-    return sum(counts), start
+    return sum(counts), start, result
 
 
 class _Lag(threading.Thread):
@@ -195,16 +209,19 @@ def _integrated(url: str, target, args: tuple, writers: int, seconds: float) -> 
     the count, the rate counted at integration, and the lag sampled meanwhile."""
     import psycopg
 
+    def integrated() -> float:
+        """When the pending table is empty: every append made has been integrated."""
+        with psycopg.connect(url, autocommit=True) as conn:
+            deadline = time.time() + 120
+            while conn.execute("SELECT EXISTS (SELECT 1 FROM core_ledgerpendingevent)").fetchone()[0]:
+                if time.time() > deadline:
+                    raise SystemExit("(h): the sequencer did not integrate the appends within 120 s")
+                time.sleep(0.005)
+        return time.time()
+
     lag = _Lag(url)
     lag.start()
-    count, start = _run_timed(target, args, writers, seconds)
-    with psycopg.connect(url, autocommit=True) as conn:
-        deadline = time.time() + 120
-        while conn.execute("SELECT EXISTS (SELECT 1 FROM core_ledgerpendingevent)").fetchone()[0]:
-            if time.time() > deadline:
-                raise SystemExit("(h): the sequencer did not integrate the appends within 120 s")
-            time.sleep(0.005)
-    done = time.time()
+    count, start, done = _run_timed(target, args, writers, seconds, finished=integrated)
     lag.stop.set()
     lag.join()
     samples = sorted(lag.samples) or [0.0]
@@ -241,6 +258,7 @@ def measure(writers: int, seconds: float) -> dict:
             "appends": appends["count"], "appends_per_second": appends["per_second"],
             "appends_lag_max": appends["lag_max"], "appends_lag_p99": appends["lag_p99"],
             "appends_integrated_after_window": appends["integrated_after_window"],
+            "appends_committed_per_second": appends["count"] / seconds,
             "appends_one_writer": alone["count"], "appends_one_writer_per_second": alone["per_second"],
             "batch": BATCH, "batched": batched["count"], "batched_per_second": batched["per_second"],
             "batched_lag_max": batched["lag_max"],

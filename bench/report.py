@@ -111,6 +111,9 @@ def table(results: dict) -> str:
         h = results["h"]
         rows.append((f"(h) ledger appends, {h['writers']} writers (counted when integrated)", f"{h['appends']}",
                      f"{h['appends_per_second']:.0f}/s", "", "", ""))
+        if "appends_committed_per_second" in h:
+            rows.append(("(h) the same appends as the writers committed them (in the window)", "",
+                         f"{h['appends_committed_per_second']:.0f}/s", "", "", ""))
         if "appends_lag_max" in h:
             rows.append(("(h) integration lag under those appends, p99 / max of 0.1 s samples", "",
                          f"{h['appends_lag_p99']:.3f} s / {h['appends_lag_max']:.3f} s", "", "", ""))

@@ -294,10 +294,28 @@ SELECT pg_current_xact_id(), i.event_id, i.event_type, i.resource_type, i.resour
 """
 
 
+# The same for one event (most appends: a ``ledger_record`` outside a transaction, an
+# ``ledger_append`` outside a batch): a plain row of parameters, which PostgreSQL plans and
+# runs in about two thirds of the time it takes to parse and sort a JSON array of one.
+_PG_PEND_ONE = f"""
+INSERT INTO "{_PENDING}" (xid, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
+                          recorded_at, task_id, action_id, root_principal)
+VALUES (pg_current_xact_id(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+
+
 def _pg_pend(events: list[_Event]) -> None:
     """Write ``events`` for the sequencer, in the caller's transaction (one statement)."""
     with connection.cursor() as cursor:
-        cursor.execute(_PG_PEND, [_events_json(events, prefix=False)])
+        if len(events) == 1:
+            [event] = events
+            fields, trail = event.fields, event.trail
+            cursor.execute(_PG_PEND_ONE, [
+                fields["event_id"], fields["event_type"], fields["resource_type"], fields["resource_id"],
+                fields["actor"], event.payload_text, fields["payload_hash"], event.recorded, trail["task_id"],
+                trail["action_id"], trail["root_principal"]])
+        else:
+            cursor.execute(_PG_PEND, [_events_json(events, prefix=False)])
 
 
 def _pg_append(events: list[_Event]) -> list[tuple[int, str, str]]:

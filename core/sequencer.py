@@ -79,13 +79,16 @@ def ledger_integrate(*, limit: int | None = None) -> int:
     batches and with events chained in their own transaction.
     """
     limit = limit or settings.AGP_LEDGER_SEQUENCER_BATCH
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Before anything that takes a transaction id of its own (the head's lock), so
-        # this transaction does not hold the horizon back for itself.
+    # Read before the batch's transaction, which takes a transaction id of its own (the
+    # head's lock) and must not hold the horizon back for itself; a poll that finds nothing
+    # is then this one statement. The rows read are final (committed, below the horizon)
+    # and only a sequencer removes them: the move below checks that it removed them all.
+    with connection.cursor() as cursor:
         cursor.execute(_PG_TAKE, [limit])
         rows = cursor.fetchall()
-        if not rows:
-            return 0
+    if not rows:
+        return 0
+    with transaction.atomic(), connection.cursor() as cursor:
         sequence, prev_hash = ledger_head_lock()
         chained = []
         for (pending_id, event_id, event_type, resource_type, resource_id, actor, payload_hash,
