@@ -163,3 +163,11 @@ def test_a_client_event_id_waiting_for_the_sequencer_is_taken(sequenced, api, se
     assert_envelope(api.post("/agp/ledger-events", {"event_type": "client.noted", "resource_type": "Probe",
                                                     "resource_id": "note", "event_id": "evt_mine"}, format="json"),
                     409, "AGP_CONFLICT")
+
+
+@pytest.mark.django_db
+def test_the_waiting_table_is_vacuumed_as_a_queue_after_a_few_thousand_deleted_rows():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s", [LedgerPendingEvent._meta.db_table])
+        [options] = cursor.fetchone()
+    assert set(options) >= {"autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=5000"}
