@@ -122,7 +122,7 @@ def _waiting_decisions(inputs: EnvelopeInputs, action_hash: str):
 
 
 def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: frozenset[str] | None = None,
-                  executor: str = "") -> Governed:
+                  executor: str = "", minted: bool = False) -> Governed:
     """Govern ``inputs`` (without ``decision_ref`` and ``policy_decision_ref``) by its task's policy set.
 
     ``mode``: ``VALIDATE`` (the signed envelope as it would execute, nothing executed),
@@ -130,12 +130,15 @@ def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: fro
     (accepted, its operation claimed for ``executor``, the caller, which calls the tool
     itself: the MCP gateway; ``Governed.claim`` says what to call). A refusal is the 422 of any envelope, with
     ``details.decision_id`` when the decision waits for people.
+
+    ``minted``: ``inputs.action_id`` was made for this call (the MCP gateway's), so no
+    envelope has it and the checks do not look for one (the column is unique all the same).
     """
     action = action_document(tool_id=inputs.tool_id, operation=inputs.operation, parameters=inputs.parameters)
     task = _governing_task(inputs, tenants, content_hash(action))
     if task is None or task.policy_set_id is None or task.frozen:
         # Nothing to decide by (or nobody may act): the checks say what is missing.
-        report = envelope_checks(inputs=inputs, new=True, tenants=tenants)
+        report = envelope_checks(inputs=inputs, new=not minted, tenants=tenants)
         if report.already_accepted:
             raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=_ledger_mode(mode))
@@ -143,10 +146,10 @@ def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: fro
         broker_ensure_reachable()
     try:
         return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
-                       executor=executor, waiting=task.waiting_pk)
+                       executor=executor, waiting=task.waiting_pk, minted=minted)
     except _StaleWaiting:
         return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
-                       executor=executor, waiting=None)
+                       executor=executor, waiting=None, minted=minted)
 
 
 def _ledger_mode(mode: str) -> str:
@@ -154,7 +157,7 @@ def _ledger_mode(mode: str) -> str:
 
 
 def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mode: str,
-            tenants: frozenset[str] | None, executor: str, waiting: int | None) -> Governed:
+            tenants: frozenset[str] | None, executor: str, waiting: int | None, minted: bool) -> Governed:
     now = timezone.now()
     evaluated = None
     if waiting is None:
@@ -182,7 +185,7 @@ def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mod
                                               now=now)
             cited = replace(inputs, decision_ref=decision.decision_id, policy_decision_ref=evaluation.evaluation_id)
             pending = decision.status == DecisionStatus.DRAFT
-            report = envelope_checks(inputs=cited, new=True, tenants=tenants,
+            report = envelope_checks(inputs=cited, new=not minted, tenants=tenants,
                                      finalising=decision.decision_id if pending else None,
                                      created=Created(decision, evaluation) if waiting is None else None)
             checked.append(report)

@@ -224,7 +224,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     listing.add_done_callback(_quietly)
     try:
         governed = await in_db(action_govern, inputs=inputs, actor=caller.principal.client_id, mode=INLINE,
-                               tenants=caller.principal.tenants, executor=EXECUTOR)
+                               tenants=caller.principal.tenants, executor=EXECUTOR, minted=True)
     except errors.AGPError as exc:
         return refused(exc)
     claim = governed.claim

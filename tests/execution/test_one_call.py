@@ -154,10 +154,12 @@ def test_an_inline_call_is_decided_accepted_and_claimed_for_its_caller_in_a_pinn
     world = governed_by_policy(make_world())
     inputs = check_inputs(world, decision_ref="", policy_decision_ref="")
 
-    # The MCP gateway's call: the task (with its set, freezes, shadows, a waiting decision),
-    # then one transaction: evaluation, decision, the checks, envelope, operation, claim.
+    # The MCP gateway's call (its action_id minted for it): the task (with its set, freezes,
+    # shadows, a waiting decision), then one transaction: evaluation, decision, the checks
+    # (no look for an envelope with the new id), envelope, operation, claim.
     with query_counts.pinned("one call: governed inline"):
-        governed = action_govern(inputs=inputs, actor="agent-client", mode=INLINE, executor="gateway@test")
+        governed = action_govern(inputs=inputs, actor="agent-client", mode=INLINE, executor="gateway@test",
+                                 minted=True)
 
     operation = Operation.objects.get(operation_id=governed.claim.operation_id)
     assert (operation.status, operation.executor, operation.attempts) == ("running", "gateway@test", 1)
