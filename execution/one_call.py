@@ -27,7 +27,7 @@ with the refusal (``envelope.rejected``).
 from dataclasses import dataclass, replace
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from agp_project import errors
@@ -45,10 +45,11 @@ from decision.services import (
     policy_evaluation_record,
     policy_sets_with_shadows,
 )
-from registry.models import Task
+from registry.choices import PolicySetStatus
+from registry.models import PolicySet, Task
 from registry.selectors import freezes_matching
 
-from .checks import CheckReport, EnvelopeInputs, envelope_checks
+from .checks import CheckReport, Created, EnvelopeInputs, envelope_checks
 from .models import ActionEnvelope, Operation
 from .runner import Claim, claim_start
 from .services import (
@@ -80,12 +81,17 @@ class _StaleWaiting(Exception):
     """The waiting decision was finalised by a concurrent call: start over."""
 
 
-def _governing_task(inputs: EnvelopeInputs, tenants: frozenset[str] | None):
-    """The task, with whether a freeze stops the action (one query); None when it does not
-    exist or is another tenant's."""
-    task = (Task.objects.filter(task_id=inputs.task_id)
+def _governing_task(inputs: EnvelopeInputs, tenants: frozenset[str] | None, action_hash: str):
+    """The task with its policy set, in one query; None when it does not exist or is another
+    tenant's. Annotated: whether a freeze stops the action (``frozen``), whether the set has
+    active shadows (``shadowed``), and the set's newest decision waiting for people on this
+    agent and action (``waiting_pk``)."""
+    task = (Task.objects.select_related("policy_set").filter(task_id=inputs.task_id)
             .annotate(frozen=Exists(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
-                                                     root_principal=OuterRef("root_principal"))))
+                                                     root_principal=OuterRef("root_principal"))),
+                      shadowed=Exists(PolicySet.objects.filter(shadow_of_id=OuterRef("policy_set_id"),
+                                                               status=PolicySetStatus.ACTIVE)),
+                      waiting_pk=Subquery(_waiting_decisions(inputs, action_hash).values("pk")[:1]))
             .first())
     if task is None or (tenants is not None and task.root_principal not in tenants):
         return None
@@ -103,20 +109,20 @@ def _waits_for_people(task: Task, evaluation: PolicyEvaluation) -> bool:
     return bool(evaluation.require_approval or task.risk_level == "critical" or impact_assessment_required(task=task))
 
 
-def _waiting_decision(task: Task, inputs: EnvelopeInputs, action_hash: str) -> Decision | None:
-    """The newest draft decision the task's policy set made for this agent and action, on an
-    evaluation of the set as it is now."""
-    return (Decision.objects.select_related("policy_evaluation")
-            .filter(task_id=task.task_id, agent_id=inputs.agent_id, decided_by=DecidedBy.POLICY,
+def _waiting_decisions(inputs: EnvelopeInputs, action_hash: str):
+    """The draft decisions the (outer) task's policy set made for this agent and action, on an
+    evaluation of the set as it is now, newest first."""
+    return (Decision.objects
+            .filter(task_id=OuterRef("task_id"), agent_id=inputs.agent_id, decided_by=DecidedBy.POLICY,
                     status=DecisionStatus.DRAFT, outcome=DecisionOutcome.APPROVE,
                     policy_evaluation__action_hash=action_hash,
-                    policy_evaluation__policy_set_id=task.policy_set_id,
-                    policy_evaluation__ruleset_hash=task.policy_set.ruleset_hash)
-            .order_by("-pk").first())
+                    policy_evaluation__policy_set_id=OuterRef("policy_set_id"),
+                    policy_evaluation__ruleset_hash=OuterRef("policy_set__ruleset_hash"))
+            .order_by("-pk"))
 
 
 def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: frozenset[str] | None = None,
-                  executor: str = "") -> Governed:
+                  executor: str = "", minted: bool = False) -> Governed:
     """Govern ``inputs`` (without ``decision_ref`` and ``policy_decision_ref``) by its task's policy set.
 
     ``mode``: ``VALIDATE`` (the signed envelope as it would execute, nothing executed),
@@ -124,23 +130,26 @@ def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: fro
     (accepted, its operation claimed for ``executor``, the caller, which calls the tool
     itself: the MCP gateway; ``Governed.claim`` says what to call). A refusal is the 422 of any envelope, with
     ``details.decision_id`` when the decision waits for people.
+
+    ``minted``: ``inputs.action_id`` was made for this call (the MCP gateway's), so no
+    envelope has it and the checks do not look for one (the column is unique all the same).
     """
-    task = _governing_task(inputs, tenants)
+    action = action_document(tool_id=inputs.tool_id, operation=inputs.operation, parameters=inputs.parameters)
+    task = _governing_task(inputs, tenants, content_hash(action))
     if task is None or task.policy_set_id is None or task.frozen:
         # Nothing to decide by (or nobody may act): the checks say what is missing.
-        report = envelope_checks(inputs=inputs, new=True, tenants=tenants)
+        report = envelope_checks(inputs=inputs, new=not minted, tenants=tenants)
         if report.already_accepted:
             raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=_ledger_mode(mode))
-    action = action_document(tool_id=inputs.tool_id, operation=inputs.operation, parameters=inputs.parameters)
     if mode == EXECUTE:  # a worker will be told; inline, the caller executes it
         broker_ensure_reachable()
     try:
         return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
-                       executor=executor, waiting=_waiting_decision(task, inputs, content_hash(action)))
+                       executor=executor, waiting=task.waiting_pk, minted=minted)
     except _StaleWaiting:
         return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
-                       executor=executor, waiting=None)
+                       executor=executor, waiting=None, minted=minted)
 
 
 def _ledger_mode(mode: str) -> str:
@@ -148,12 +157,13 @@ def _ledger_mode(mode: str) -> str:
 
 
 def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mode: str,
-            tenants: frozenset[str] | None, executor: str, waiting: Decision | None) -> Governed:
+            tenants: frozenset[str] | None, executor: str, waiting: int | None, minted: bool) -> Governed:
     now = timezone.now()
     evaluated = None
     if waiting is None:
         # The engine runs before the transaction: no lock is held while a ruleset runs.
-        sets = policy_sets_with_shadows(task.policy_set_id)
+        # The set as read with the task; its shadows are read only when it has any.
+        sets = policy_sets_with_shadows(task.policy_set_id) if task.shadowed else [task.policy_set]
         policy_set = next((s for s in sets if s.policy_set_id == task.policy_set_id), None)
         if policy_set is None:  # deleted meanwhile: sets are protected, so never; fail closed anyway
             raise errors.Unavailable("The task's policy set could not be read.")
@@ -165,7 +175,7 @@ def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mod
         with transaction.atomic(), ledger_batch():
             if waiting is not None:
                 decision = _locked_waiting(waiting)
-                evaluation = waiting.policy_evaluation
+                evaluation = decision.policy_evaluation
             else:
                 evaluation = policy_evaluation_record(
                     evaluated, evaluation_id=new_id("pev"), task_id=task.task_id, agent_id=inputs.agent_id,
@@ -175,8 +185,9 @@ def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mod
                                               now=now)
             cited = replace(inputs, decision_ref=decision.decision_id, policy_decision_ref=evaluation.evaluation_id)
             pending = decision.status == DecisionStatus.DRAFT
-            report = envelope_checks(inputs=cited, new=True, tenants=tenants,
-                                     finalising=decision.decision_id if pending else None)
+            report = envelope_checks(inputs=cited, new=not minted, tenants=tenants,
+                                     finalising=decision.decision_id if pending else None,
+                                     created=Created(decision, evaluation) if waiting is None else None)
             checked.append(report)
             if report.already_accepted:
                 raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
@@ -196,9 +207,10 @@ def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mod
     return governed
 
 
-def _locked_waiting(waiting: Decision) -> Decision:
-    """The waiting decision, locked: two calls that found it cannot both finalise it."""
-    decision = Decision.objects.select_for_update().filter(pk=waiting.pk).first()
+def _locked_waiting(pk: int) -> Decision:
+    """The waiting decision, locked, with its evaluation: two calls that found it cannot both finalise it."""
+    decision = (Decision.objects.select_for_update(of=("self",)).select_related("policy_evaluation")
+                .filter(pk=pk).first())
     if decision is None or decision.status != DecisionStatus.DRAFT:
         raise _StaleWaiting
     return decision

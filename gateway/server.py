@@ -20,12 +20,12 @@ that keep their connections (``in_db``), while the upstream MCP call runs in the
 """
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import os
 import socket
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -48,7 +48,7 @@ from auth_tokens.services import ANONYMOUS, ClientPrincipal, auth_enabled
 from execution.checks import EnvelopeInputs
 from execution.connectors import connector_for
 from execution.documents import receipt_document
-from execution.one_call import INLINE, action_govern
+from execution.one_call import INLINE, Governed, action_govern
 from execution.runner import connector_run_async, lease_kept, operation_finish
 from execution.serializers_envelopes import parameters_problems
 from registry.models import Task
@@ -75,7 +75,7 @@ UPSTREAM = SessionPool()
 
 # Threads that run the gateway's database work, each keeping its connection between calls
 # (as a web thread does). A web process serves as many MCP requests at once as it has threads.
-_db_pool = ThreadPoolExecutor(max_workers=settings.AGP_WEB_THREADS, thread_name_prefix="agp-gateway-db")
+_db_pool = concurrent.futures.ThreadPoolExecutor(max_workers=settings.AGP_WEB_THREADS, thread_name_prefix="agp-gateway-db")
 
 
 async def in_db(function: Callable[..., T], /, **kwargs) -> T:
@@ -208,25 +208,40 @@ def _outcome(result: dict[str, Any], error: dict[str, Any] | None, receipt) -> t
     return _result({"content": content, "isError": True, "_meta": {**meta, ERROR_META: error}})
 
 
+def _governed(*, caller: Caller, name: str, arguments: dict[str, Any], task_id: str, session_id: str,
+              listen: Callable[[str], None]) -> tuple[GatewayTool, Governed]:
+    """The tool called and its governed action (``action_govern``), in one database thread;
+    ``listen(endpoint_url)`` is told the tool's server as soon as it is known."""
+    tool, inputs = _call_inputs(caller=caller, name=name, arguments=arguments, task_id=task_id,
+                                session_id=session_id)
+    listen(tool.endpoint_url)
+    return tool, action_govern(inputs=inputs, actor=caller.principal.client_id, mode=INLINE,
+                               tenants=caller.principal.tenants, executor=EXECUTOR, minted=True)
+
+
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     caller = _caller(ctx)
-    task_id = _meta_text(params.meta, TASK_META) or caller.task_id
-    session_id = _meta_text(params.meta, COMMERCE_META) or caller.commerce_session_id
+    loop = asyncio.get_running_loop()
+    started: list[concurrent.futures.Future] = []
+
+    def listen(url: str) -> None:
+        # The tool's definition is read again while the call is governed (one round trip saved);
+        # the pin is compared with that reading before the call is made.
+        started.append(asyncio.run_coroutine_threadsafe(
+            tools_list_pooled(url, pool=UPSTREAM, timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS), loop))
+
     try:
-        tool, inputs = await in_db(_call_inputs, caller=caller, name=params.name,
-                                   arguments=params.arguments or {}, task_id=task_id, session_id=session_id)
+        tool, governed = await in_db(
+            _governed, caller=caller, name=params.name, arguments=params.arguments or {},
+            task_id=_meta_text(params.meta, TASK_META) or caller.task_id,
+            session_id=_meta_text(params.meta, COMMERCE_META) or caller.commerce_session_id, listen=listen)
     except errors.AGPError as exc:
         return refused(exc)
-    # The tool's definition is read again while the call is governed (one round trip saved);
-    # the pin is compared with that reading before the call is made.
-    listing = asyncio.ensure_future(tools_list_pooled(tool.endpoint_url, pool=UPSTREAM,
-                                                      timeout=settings.AGP_CONNECTOR_TIMEOUT_SECONDS))
-    listing.add_done_callback(_quietly)
-    try:
-        governed = await in_db(action_govern, inputs=inputs, actor=caller.principal.client_id, mode=INLINE,
-                               tenants=caller.principal.tenants, executor=EXECUTOR)
-    except errors.AGPError as exc:
-        return refused(exc)
+    finally:
+        listings = [asyncio.wrap_future(future) for future in started]
+        for listing in listings:
+            listing.add_done_callback(_quietly)
+    listing = listings[0]
     claim = governed.claim
     connector = connector_for(claim.connector)
     if not connector.completes:

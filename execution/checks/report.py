@@ -119,7 +119,8 @@ class CheckReport:
     skill_executor_client_id: str = ""
     # What the checks read that a receipt's why-record names (``execution.selectors.receipt_governance``):
     # the usable chain's links (root first), the policy evaluation, and the standing impact
-    # assessment when rule 5 had it read (``assessment_read``).
+    # assessment when the checks know it (``assessment_read``: rule 5 had it read, or the
+    # decision was created in the checks' transaction and has none).
     chain: tuple[Any, ...] = ()
     evaluation: Any = None
     assessment_read: bool = False

@@ -13,6 +13,9 @@ column, with a limit:
   the tool or ``all``;
 - the standing impact assessment (a ``do_not_proceed`` one if any, else the newest), when
   rule 5 asks for one;
+- none of the decision, its evaluation, approvals and assessment when the caller has just
+  created the decision and evaluation in its transaction (``Created``: an action made in
+  one call);
 - the agent's delegation candidates for the task's root principal, then every link of
   their chains;
 - for ``transact``: the commerce session, the agent's newest active liability bindings,
@@ -83,7 +86,8 @@ class EnvelopeState:
     authors: Authors = field(default_factory=Authors)
     freezes: list[Freeze] = field(default_factory=list)  # active, matching (docs/reference/governance.md)
     assessment: ImpactAssessment | None = None
-    assessment_read: bool = False  # rule 5 applies, so ``assessment`` was looked up
+    # ``assessment`` is known: looked up (rule 5 applies), or none (a decision just created)
+    assessment_read: bool = False
     # The agent's delegation candidates (newest first) and every link of their chains by pk
     # (each with agent_revoked).
     candidates: list[Delegation] = field(default_factory=list)
@@ -119,9 +123,19 @@ def _of_tenants(record, root_principal: str | None, tenants: frozenset[str] | No
     return None
 
 
+@dataclass(frozen=True)
+class Created:
+    """The decision and its policy evaluation that the caller has just created, in the
+    transaction the checks run in (an action made in one call, execution/one_call.py), for
+    the task and agent the envelope names."""
+
+    decision: Decision
+    evaluation: PolicyEvaluation  # with its policy_set
+
+
 def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str | None = None,
                         new: bool = False, amount: Decimal | None = None,
-                        tenants: frozenset[str] | None = None) -> EnvelopeState:
+                        tenants: frozenset[str] | None = None, created: Created | None = None) -> EnvelopeState:
     """The state the eleven checks judge ``inputs`` against, at ``now``.
 
     ``held_on``: the commerce session the envelope already holds a reservation on (the
@@ -129,7 +143,10 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     ``new``: a submission; when an envelope with its ``action_id`` was already accepted,
     nothing else is read. ``amount``: the usable ``transact`` amount, to rank the sessions.
     ``tenants``: those of a caller bound to tenants, whose citations of another tenant's
-    records find nothing (None: every tenant).
+    records find nothing (None: every tenant). ``created``: when the envelope cites them,
+    they are judged as created rather than read back; nobody has approved or assessed a
+    decision no other transaction can see yet (the foreign keys of approvals and impact
+    assessments need the committed decision), so it has neither.
     """
     if new and ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
         return EnvelopeState(task=None, capability=None, skill=None, decision=None, evaluation=None,
@@ -141,20 +158,27 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     skills = list(Skill.objects.filter(Q(root_principal__isnull=True) | Q(root_principal=root_principal),
                                        agent_id=inputs.agent_id, tool_id=inputs.tool_id, status=ActiveStatus.ACTIVE)
                   .order_by("-created_at", "-pk")[:MAX_CANDIDATES])
-    approvals = list(Approval.objects.filter(
-        Q(verdict=ApprovalVerdict.REJECTED) | Q(_unexpired(now), verdict=ApprovalVerdict.APPROVED),
-        decision_id=inputs.decision_ref).order_by("-pk")[:MAX_APPROVALS])
     capability = (Capability.objects.select_related("delegation")
                   .filter(capability_id=inputs.capability_token_ref).first())
-    decision = Decision.objects.select_related("task").filter(decision_id=inputs.decision_ref).first()
-    evaluation = (PolicyEvaluation.objects.select_related("policy_set", "task")
-                  .filter(evaluation_id=inputs.policy_decision_ref).first())
+    fresh = created is not None and (created.decision.decision_id, created.evaluation.evaluation_id) == (
+        inputs.decision_ref, inputs.policy_decision_ref)
+    if fresh:
+        decision, evaluation, approvals = created.decision, created.evaluation, []
+    else:
+        approvals = list(Approval.objects.filter(
+            Q(verdict=ApprovalVerdict.REJECTED) | Q(_unexpired(now), verdict=ApprovalVerdict.APPROVED),
+            decision_id=inputs.decision_ref).order_by("-pk")[:MAX_APPROVALS])
+        decision = Decision.objects.select_related("task").filter(decision_id=inputs.decision_ref).first()
+        decision = _of_tenants(decision, decision.task.root_principal if decision else None, tenants)
+        evaluation = (PolicyEvaluation.objects.select_related("policy_set", "task")
+                      .filter(evaluation_id=inputs.policy_decision_ref).first())
+        evaluation = _of_tenants(evaluation, evaluation.task.root_principal if evaluation else None, tenants)
     state = EnvelopeState(
         task=task,
         capability=_of_tenants(capability, capability.delegation.root_principal if capability else None, tenants),
         skill=None,
-        decision=_of_tenants(decision, decision.task.root_principal if decision else None, tenants),
-        evaluation=_of_tenants(evaluation, evaluation.task.root_principal if evaluation else None, tenants),
+        decision=decision,
+        evaluation=evaluation,
         approvals=approvals,
         escalations=list(escalations_blocking(task_id=inputs.task_id, decision_id=inputs.decision_ref,
                                               action_id=inputs.action_id,
@@ -169,7 +193,9 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
 
     bindings: list[LiabilityBinding] = []
     if task is not None:
-        if impact_assessment_required(task=task):
+        if fresh:  # like approvals, an assessment needs the committed decision: there is none
+            state.assessment_read = True
+        elif impact_assessment_required(task=task):
             state.assessment_read = True
             state.assessment = impact_assessment_standing(task=task, decision=inputs.decision_ref)
         _load_delegations(state, inputs=inputs, now=now)

@@ -8,8 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from decision.models import CommerceSession
-from execution.checks import envelope_checks, envelope_recheck
+from decision.models import Approval, CommerceSession
+from execution.checks import Created, envelope_checks, envelope_recheck
 from execution.models import ActionEnvelope
 from registry.models import Delegation, Freeze
 from tests.execution.factories import check_inputs, failed_checks, make_full_world, make_noise, make_world
@@ -106,6 +106,26 @@ def test_a_submission_s_checks_find_an_accepted_envelope_before_anything_else(ap
     assert duplicate.already_accepted and not duplicate.passed and duplicate.results == []
     # Execution and replay check a stored envelope: it is not a duplicate of itself.
     assert not envelope_checks(inputs=inputs).already_accepted
+
+
+def test_a_decision_and_evaluation_just_created_are_judged_as_read_back_without_reading_them(
+        django_assert_num_queries, query_counts):
+    world = make_world()
+    Approval.objects.filter(decision=world.decision).delete()  # as for a decision nobody has seen yet
+    inputs = check_inputs(world)
+    read = envelope_checks(inputs=inputs)
+
+    # Not the decision, the evaluation, nor the decision's approvals (none can cite it yet).
+    with django_assert_num_queries(query_counts.expected(READ) - 3):
+        created = envelope_checks(inputs=inputs, created=Created(world.decision, world.evaluation))
+
+    assert created.passed and created.results == read.results
+    assert (created.assessment_read, created.assessment_id) == (True, None)
+    # Records the envelope does not cite are read as any others.
+    with django_assert_num_queries(query_counts.expected(READ)):
+        other = envelope_checks(inputs=check_inputs(world, decision_ref="dec-other"),
+                                created=Created(world.decision, world.evaluation))
+    assert failed_checks(other) == ["decision"]
 
 
 def test_it_rechecks_a_stored_envelope_with_its_own_payment(api, django_assert_num_queries, query_counts):

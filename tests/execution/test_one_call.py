@@ -9,9 +9,10 @@ from django.utils import timezone
 from core.models import LedgerEvent
 from decision.models import Approval, Decision, PolicyEvaluation
 from execution.models import ActionEnvelope, Operation, Receipt
+from execution.one_call import INLINE, action_govern
 from execution.runner import operation_execute
 from registry.models import Freeze, Task
-from tests.execution.factories import governed_by_policy, make_world, one_call_request
+from tests.execution.factories import check_inputs, governed_by_policy, make_world, one_call_request
 
 pytestmark = pytest.mark.django_db
 
@@ -147,3 +148,24 @@ def test_a_decision_without_its_evaluation_or_the_reverse_is_a_400(api):
     assert response.status_code == 400
     assert list(response.json()["error"]["details"]["fields"]) == ["policy_decision_ref"]
     assert not PolicyEvaluation.objects.exclude(pk=world.evaluation.pk).exists()
+
+
+def test_an_inline_call_is_decided_accepted_and_claimed_for_its_caller_in_a_pinned_number_of_queries(query_counts):
+    world = governed_by_policy(make_world())
+    inputs = check_inputs(world, decision_ref="", policy_decision_ref="")
+
+    # The MCP gateway's call (its action_id minted for it): the task (with its set, freezes,
+    # shadows, a waiting decision), then one transaction: evaluation, decision, the checks
+    # (no look for an envelope with the new id), envelope, operation, claim.
+    with query_counts.pinned("one call: governed inline"):
+        governed = action_govern(inputs=inputs, actor="agent-client", mode=INLINE, executor="gateway@test",
+                                 minted=True)
+
+    operation = Operation.objects.get(operation_id=governed.claim.operation_id)
+    assert (operation.status, operation.executor, operation.attempts) == ("running", "gateway@test", 1)
+    decision = Decision.objects.get(decision_id=governed.decision_id)
+    assert (decision.status, decision.policy_evaluation_id) == ("finalised", governed.evaluation_id)
+    assert governed.claim.governance["decision_id"] == governed.decision_id
+    assert governed.claim.governance["evaluation_id"] == governed.evaluation_id
+    assert governed.claim.governance["assessment_id"] is None
+    assert events_of(governed.envelope.action_id) == ["envelope.accepted"]
