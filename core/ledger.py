@@ -281,27 +281,22 @@ def _events_json(events: list[_Event], *, prefix: bool = True) -> str:
 # The sequencer's write path: the events as they are, with the id of the writing transaction
 # (``pg_current_xact_id()``, which assigns one if the transaction has none yet), in one
 # statement. No lock: writers do not wait for each other, so their commits share WAL flushes.
+_PENDING_COLUMNS = ("event_id", "event_type", "resource_type", "resource_id", "actor", "payload", "payload_hash",
+                    "recorded_at", "task_id", "action_id", "root_principal")
+_PENDING_INSERT = f'INSERT INTO "{_PENDING}" (xid, {", ".join(_PENDING_COLUMNS)})'
 _PG_PEND = f"""
-INSERT INTO "{_PENDING}" (xid, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
-                          recorded_at, task_id, action_id, root_principal)
-SELECT pg_current_xact_id(), i.event_id, i.event_type, i.resource_type, i.resource_id, i.actor, i.payload,
-       i.payload_hash, i.recorded_at, i.task_id, i.action_id, i.root_principal
+{_PENDING_INSERT}
+SELECT pg_current_xact_id(), {", ".join(f"i.{column}" for column in _PENDING_COLUMNS)}
   FROM json_to_recordset(%s::json)
        AS i(n bigint, event_id text, event_type text, resource_type text, resource_id text, actor text,
             payload text, payload_hash text, recorded_at timestamptz, task_id text, action_id text,
             root_principal text)
  ORDER BY i.n
 """
-
-
 # The same for one event (most appends: a ``ledger_record`` outside a transaction, an
 # ``ledger_append`` outside a batch): a plain row of parameters, which PostgreSQL plans and
 # runs in about two thirds of the time it takes to parse and sort a JSON array of one.
-_PG_PEND_ONE = f"""
-INSERT INTO "{_PENDING}" (xid, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
-                          recorded_at, task_id, action_id, root_principal)
-VALUES (pg_current_xact_id(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-"""
+_PG_PEND_ONE = f"{_PENDING_INSERT} VALUES (pg_current_xact_id(), {', '.join(['%s'] * len(_PENDING_COLUMNS))})"
 
 
 def _pg_pend(events: list[_Event]) -> None:
@@ -309,11 +304,8 @@ def _pg_pend(events: list[_Event]) -> None:
     with connection.cursor() as cursor:
         if len(events) == 1:
             [event] = events
-            fields, trail = event.fields, event.trail
-            cursor.execute(_PG_PEND_ONE, [
-                fields["event_id"], fields["event_type"], fields["resource_type"], fields["resource_id"],
-                fields["actor"], event.payload_text, fields["payload_hash"], event.recorded, trail["task_id"],
-                trail["action_id"], trail["root_principal"]])
+            row = {**event.fields, **event.trail, "payload": event.payload_text, "recorded_at": event.recorded}
+            cursor.execute(_PG_PEND_ONE, [row[column] for column in _PENDING_COLUMNS])
         else:
             cursor.execute(_PG_PEND, [_events_json(events, prefix=False)])
 
