@@ -11,11 +11,19 @@ once a second by default; kombu hands its ``polling_interval`` option to SQLAlch
 from kombu.transport import sqlalchemy
 
 EMBEDDED_SCHEME = "sqlite:"
+# What the settings name as Celery's transport for the embedded broker (CELERY_BROKER_TRANSPORT).
+EMBEDDED_TRANSPORT = "agp_project.broker:Transport"
 
 
 def is_embedded(url: str) -> bool:
     """Whether ``url`` names the embedded broker (a SQLite file) rather than a broker server."""
     return url.startswith(EMBEDDED_SCHEME)
+
+
+def transport_for(url: str) -> str | None:
+    """Celery's ``broker_transport`` for ``url``: this module's for the embedded broker, else
+    None (the transport the URL's scheme names)."""
+    return EMBEDDED_TRANSPORT if is_embedded(url) else None
 
 
 class Transport(sqlalchemy.Transport):

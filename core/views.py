@@ -49,7 +49,6 @@ def _broker_ok() -> bool:
 
     url = settings.CELERY_BROKER_URL
     try:
-
         # The configured URL, one attempt, no back-off: a probe must answer quickly.
         with app.connection_for_write(url=url) as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)

@@ -211,6 +211,7 @@ def authed_api(make_token):
 @pytest.fixture
 def broker_at(settings):
     """Point the settings and this process's Celery app at the broker ``url`` for one test."""
+    from agp_project.broker import transport_for
     from agp_project.celery import app
 
     saved = app.conf.broker_url, app.conf.broker_transport
@@ -218,7 +219,7 @@ def broker_at(settings):
     def _point(url):
         settings.CELERY_BROKER_URL = url
         app.conf.broker_url = url
-        app.conf.broker_transport = None  # the URL's own (the embedded broker's is named in the settings)
+        app.conf.broker_transport = transport_for(url)
 
     yield _point
     app.conf.broker_url, app.conf.broker_transport = saved

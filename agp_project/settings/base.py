@@ -210,8 +210,7 @@ AGP_CALLBACK_SECRET = env_str("AGP_CALLBACK_SECRET") or secret_from_file(VAR_DIR
 # The embedded broker (agp_project/broker.py): a SQLite file of its own beside the database.
 CELERY_BROKER_URL = env_str("AGP_BROKER_URL", f"sqlite:///{VAR_DIR / 'broker.sqlite3'}")
 if CELERY_BROKER_URL.startswith("sqlite:"):  # agp_project.broker.is_embedded
-
-    CELERY_BROKER_TRANSPORT = "agp_project.broker:Transport"
+    CELERY_BROKER_TRANSPORT = "agp_project.broker:Transport"  # agp_project.broker.EMBEDDED_TRANSPORT
     # Passed to SQLAlchemy's create_engine: how long a writer waits for SQLite's lock.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"connect_args": {"timeout": 30}}
 else:

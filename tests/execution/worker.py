@@ -85,10 +85,11 @@ def point_app_at(*, url: str, queue: str) -> None:
     pool is left as it is: publishing does not use it (only its size limit), and closing it
     would close kombu's process-wide pool of the old URL for its next user.
     """
+    from agp_project.broker import transport_for
     from agp_project.celery import app
 
     app.conf.broker_url = url
-    app.conf.broker_transport = None  # the URL's own (the embedded broker's is named in the settings)
+    app.conf.broker_transport = transport_for(url)
     app.conf.broker_transport_options = {"visibility_timeout": 3600}
     app.conf.task_default_queue = queue
     del app.amqp

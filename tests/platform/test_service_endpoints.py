@@ -19,8 +19,11 @@ def test_healthz_answers_without_touching_anything(api):
 
 
 @pytest.mark.django_db
-def test_readyz_is_ready_on_the_embedded_defaults(api, settings):
+def test_readyz_is_ready_on_the_embedded_defaults(api, settings, broker_at):
     assert settings.CELERY_BROKER_URL.startswith("sqlite:")
+    # The app as the settings configure it, whatever broker an earlier test in this process
+    # pointed it at (tests/execution/worker.py's session broker).
+    broker_at(settings.CELERY_BROKER_URL)
     response = api.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ready", "checks": {"database": True, "broker": True}}
