@@ -14,7 +14,7 @@ import socket
 
 from celery import shared_task
 from celery.signals import task_postrun, task_prerun, worker_process_init, worker_ready
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import InterfaceError, OperationalError, connections
 
 from agp_project.errors import AGPError
 from decision.backtests import backtest_run, backtests_recover
@@ -99,9 +99,13 @@ def _freeze_start_up_objects(**kwargs):
 @task_prerun.connect
 @task_postrun.connect
 def _connections_recycle(**kwargs):
-    # What Django does around each web request: drop a connection that broke or outlived
-    # CONN_MAX_AGE, and health-check a kept one before its next use.
-    close_old_connections()
+    # What Django does around each web request (close_old_connections): drop a connection that
+    # broke or outlived CONN_MAX_AGE, and health-check a kept one before its next use. Not one
+    # inside a transaction: a task applied in its caller's process (``apply()``) runs in the
+    # caller's transaction, whose connection is the caller's to keep.
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
 
 
 @worker_ready.connect
