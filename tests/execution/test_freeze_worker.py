@@ -87,10 +87,12 @@ def test_an_agent_freeze_stops_everything_of_the_agent_within_five_seconds_and_l
     assert time.monotonic() - started < REACH_SECONDS
 
     # The pending one is cancelled by the freeze's enforcement, or, when the outbox sweep has
-    # published its message first, by the worker's re-check before the connector: either way
-    # by this freeze and before anything ran (the enforcement of pending operations alone is
-    # tests/execution/test_freezes.py's).
-    for operation_id, stages in ((awaiting, {"awaiting_receipt"}), (pending, {"pending", "execution_recheck"})):
+    # published its message first, by the worker's re-check before the connector, or, when the
+    # worker had already handed it to its external executor, by the enforcement while it
+    # awaited the receipt: each time by this freeze and before anything ran (the enforcement
+    # of pending operations alone is tests/execution/test_freezes.py's).
+    for operation_id, stages in ((awaiting, {"awaiting_receipt"}),
+                                 (pending, {"pending", "execution_recheck", "awaiting_receipt"})):
         body = api.get(f"/agp/operations/{operation_id}").json()
         assert body["status"] == "cancelled"
         assert body["error"]["code"] == "AGP_FROZEN"
