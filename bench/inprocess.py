@@ -5,11 +5,15 @@
     .venv/bin/python -m bench.inprocess eval --gc           # garbage-collector pauses too
     AGP_PROFILE_SORT=tottime .venv/bin/python -m bench.inprocess eval --cprofile   # by own time
     .venv/bin/python -m bench.inprocess get --drop-middleware agp_project.http.middleware.MetricsMiddleware
+    .venv/bin/python -m bench.inprocess inline --cprofile   # the MCP gateway's database work per call
 
 Paths: ``get`` (``GET /agp/tasks/{id}``), ``validate`` (validate-only envelope), ``submit``
 (``Prefer: respond-async``), ``worker`` (``operation_execute`` on what ``submit`` queued) and
 ``eval`` (``POST /agp/policy-evaluations``), each through Django's test client with a bearer
-token, in a world from ``tests/execution/factories.py`` (``--action-class``, ``--risk``). The
+token, and ``inline``: the MCP gateway's database work for one tool call, without the MCP
+transport and the upstream server (``action_govern`` in mode ``INLINE`` on a task governed by
+its policy set, then ``operation_finish`` with the tool's result), in a world from
+``tests/execution/factories.py`` (``--action-class``, ``--risk``). The
 database (``--database-url``, default ``agp_inprocess``) is recreated; the broker is the
 embedded one in a temporary directory, so nothing is executed by a worker.
 """
@@ -34,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", choices=["get", "validate", "submit", "worker", "eval"])
+    parser.add_argument("path", choices=["get", "validate", "submit", "worker", "eval", "inline"])
     parser.add_argument("-n", type=int, default=500, help="measured calls (after 30 warm-up calls)")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/agp_inprocess")
     parser.add_argument("--action-class", default="write")
@@ -124,6 +128,8 @@ def _path(args):
         return envelope
     if args.path == "submit":
         return lambda: envelope(HTTP_PREFER="respond-async")
+    if args.path == "inline":
+        return _inline(world)
     if args.path == "eval":
         body = json.dumps({"policy_set_id": world.policy_set.policy_set_id, "task_id": world.task.task_id,
                            "agent_id": world.agent_id, "input": {"amount": 5}})
@@ -136,7 +142,26 @@ def _path(args):
     return _worker(lambda: envelope(HTTP_PREFER="respond-async"), 31 + args.n * (1 + args.cprofile + args.gc))
 
 
+def _inline(world):
+    from agp_project.ids import new_id
+    from execution.one_call import INLINE, action_govern
+    from execution.runner import operation_finish
+    from tests.execution.factories import check_inputs, governed_by_policy
+
+    governed_by_policy(world)
+    result = {"content": [{"type": "text", "text": "ok"}], "isError": False}
+
+    def call():
+        inputs = check_inputs(world, decision_ref="", policy_decision_ref="", action_id=new_id("act"))
+        claim = action_govern(inputs=inputs, actor="profile", mode=INLINE, executor="profile", minted=True).claim
+        receipt = operation_finish(operation_id=claim.operation_id, fence=claim.fence, status="succeeded",
+                                   result=result, executor="profile", governance=claim.governance)
+        assert receipt is not None
+    return call
+
+
 def _worker(submit, count: int):
+
     from execution.runner import operation_execute
 
     queued = [submit().json()["operation_id"] for _ in range(count)]
