@@ -113,13 +113,17 @@ def _lock_session() -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def sequencer_run(*, stop: threading.Event, idle_seconds: float = 0.01, retry_seconds: float = 1.0) -> None:
+def sequencer_run(*, stop: threading.Event, idle_seconds: float = 0.05, retry_seconds: float = 1.0) -> None:
     """Run as the sequencer until ``stop`` is set: hold the lock (waiting while another holds
     it) and integrate batch after batch.
 
     A batch smaller than the limit means the sequencer caught up: it waits ``idle_seconds``
-    so the next batch has something in it. A database error (a restart, the backend
-    terminated) drops the connection and with it the lock: the loop connects again and
+    so the next batch has something in it. A batch costs about 2 ms of CPU whatever its size
+    (its statements, in this process and in its backend) and then about 30 µs an event, so
+    under a steady stream of appends the wait sets the sequencer's overhead: a batch every
+    10 ms is a fifth of a core, every 50 ms a twenty-fifth, for 20 ms more on average before
+    an event joins the chain. A database error (a restart, the backend terminated) drops
+    the connection and with it the lock: the loop connects again and
     competes for the lock like any other sequencer.
     """
     limit = settings.AGP_LEDGER_SEQUENCER_BATCH
