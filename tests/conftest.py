@@ -66,6 +66,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.redis)
         if PROCESS_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.system)
+    # The modules with a system test first, each module's tests together and in their order:
+    # with one pytest process per core, the long tests that wait on the processes they start
+    # begin early and the short in-process tests fill the end, rather than one process
+    # finishing a schema fuzz while the other has nothing left to run.
+    starts_processes = {item.path for item in items if "system" in item.keywords}
+    items.sort(key=lambda item: item.path not in starts_processes)
     unit_with_database = [item.nodeid for item in items if "unit" in item.keywords
                           and ("django_db" in item.keywords or DATABASE_FIXTURES & set(item.fixturenames))]
     if unit_with_database:

@@ -2,11 +2,11 @@
 
 Eight writer processes append changes with their events while a sequencer process
 (``manage.py ledger_sequencer``) integrates them and this process signs checkpoints.
-The sequencer is SIGKILLed in the middle of a batch, or backends are terminated with
-``pg_terminate_backend``. Afterwards every committed change has exactly one event in the
-chain, the chain verifies, its positions are 1..n once each, and every checkpoint signed
-during the run is the root of the first events of the final chain: none claimed a position
-that was not integrated.
+The sequencer is SIGKILLed in the middle of a batch (a standby sequencer, waiting for the
+lock, takes over), or backends are terminated with ``pg_terminate_backend``. Afterwards
+every committed change has exactly one event in the chain, the chain verifies, its
+positions are 1..n once each, and every checkpoint signed during the run is the root of the
+first events of the final chain: none claimed a position that was not integrated.
 """
 
 import collections
@@ -17,13 +17,14 @@ import sys
 import threading
 import time
 
+import psycopg
 import pytest
 from django.db import connection
 
 from agp_project.timeutil import iso
 from core.ledger import canonical_event, ledger_verify
 from core.models import Checkpoint, LedgerEvent, LedgerHead, LedgerPendingEvent
-from core.sequencer import APPLICATION_NAME, ledger_integrate
+from core.sequencer import APPLICATION_NAME, SEQUENCER_LOCK, ledger_integrate
 from core.services import checkpoint_create
 from tests.execution.worker import REPO, database_url
 from tests.rfc9162 import Tree
@@ -48,6 +49,28 @@ def faults(transactional_db, settings, tmp_path):
         cursor.execute("DROP TABLE IF EXISTS fault_change")
 
 
+class Sequencer:
+    """A ``manage.py ledger_sequencer`` process, its log in a file of its own."""
+
+    def __init__(self, env, log_path):
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen([sys.executable, "manage.py", "ledger_sequencer"], cwd=REPO,
+                                            env={**env, "AGP_LOG_LEVEL": "INFO"}, stdout=log, stderr=subprocess.STDOUT)
+
+    def holds_the_lock(self) -> bool:
+        """Alive, and its last word on the lock is that it holds it."""
+        if self.process.poll() is not None:
+            return False
+        said = [line for line in self.log_path.read_text(errors="replace").splitlines()
+                if "holding the lock" in line or "connecting again" in line]
+        return bool(said) and "holding the lock" in said[-1]
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
 class Run:
     def __init__(self, stop_file):
         self.stop_file = stop_file
@@ -56,7 +79,7 @@ class Run:
                     "AGP_DATABASE_URL": database_url(), "AGP_LEDGER_SEQUENCER": "1", "PYTHONUNBUFFERED": "1"}
         self.env.pop("AGP_AUTH_SECRET", None)
         self.writers: list[subprocess.Popen] = []
-        self.sequencer: subprocess.Popen | None = None
+        self.sequencers: list[Sequencer] = []
         self.signing = threading.Event()
 
     def start_writers(self, seconds: float) -> None:
@@ -65,8 +88,10 @@ class Run:
                                          cwd=REPO, env={**self.env, "PGAPPNAME": WRITER_APP})
                         for i in range(WRITERS)]
 
-    def start_sequencer(self) -> None:
-        self.sequencer = subprocess.Popen([sys.executable, "manage.py", "ledger_sequencer"], cwd=REPO, env=self.env)
+    def start_sequencers(self, count: int) -> None:
+        """Sequencer processes that compete for the lock: one integrates, the others stand by."""
+        self.sequencers += [Sequencer(self.env, self.stop_file.with_name(f"sequencer-{len(self.sequencers) + i}.log"))
+                            for i in range(count)]
 
     def sign_checkpoints(self) -> None:
         """Sign checkpoints from a thread of this process while the run lasts."""
@@ -98,8 +123,8 @@ class Run:
 
     def stop(self) -> None:
         self.signing.set()
-        for process in [*self.writers, self.sequencer]:
-            if process is not None and process.poll() is None:
+        for process in [*self.writers, *(sequencer.process for sequencer in self.sequencers)]:
+            if process.poll() is None:
                 process.kill()
                 process.wait(timeout=10)
 
@@ -109,8 +134,8 @@ def backend(application_name: str, *, in_batch: bool = False) -> int | None:
     or locked the head, between its statements or holding a transaction id)."""
     condition = " AND (backend_xid IS NOT NULL OR state = 'idle in transaction')" if in_batch else ""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s" + condition
-                       + " ORDER BY random() LIMIT 1", [application_name])
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND application_name = %s" + condition + " ORDER BY random() LIMIT 1", [application_name])
         row = cursor.fetchone()
     return row[0] if row else None
 
@@ -120,6 +145,19 @@ def wait_for_pending(count: int) -> None:
     deadline = time.monotonic() + 60
     while LedgerPendingEvent.objects.count() < count:
         assert time.monotonic() < deadline, "the writers wrote too little"
+        time.sleep(0.1)
+
+
+def wait_for_sequencers(count: int) -> None:
+    """Wait until ``count`` sequencers have connected and asked for the lock."""
+    deadline = time.monotonic() + 60
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND application_name = %s", [APPLICATION_NAME])
+            if cursor.fetchone()[0] >= count:
+                return
+        assert time.monotonic() < deadline, "the sequencers did not start"
         time.sleep(0.1)
 
 
@@ -164,19 +202,23 @@ def assert_one_chain_of_the_committed_changes() -> None:
 
 
 def test_a_sequencer_killed_mid_batch_loses_and_duplicates_nothing(faults):
-    faults.start_writers(60)
-    faults.sign_checkpoints()
-    wait_for_pending(3000)  # a backlog, so that batches are full and take a while
-    faults.start_sequencer()
+    # The lock held here while four sequencers start (before the writers take the CPU) and the
+    # writers leave a backlog, so that batches are full and take a while; each sequencer then
+    # takes over from the one killed before it.
+    with psycopg.connect(database_url(), autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [SEQUENCER_LOCK])
+        faults.start_sequencers(4)
+        wait_for_sequencers(4)
+        faults.start_writers(60)
+        faults.sign_checkpoints()
+        wait_for_pending(3000)
     killed_mid_batch = 0
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and killed_mid_batch < 3:
-        if backend(APPLICATION_NAME, in_batch=True):
-            faults.sequencer.send_signal(signal.SIGKILL)
-            faults.sequencer.wait(timeout=10)
+        holding = [sequencer for sequencer in faults.sequencers if sequencer.holds_the_lock()]
+        if holding and backend(APPLICATION_NAME, in_batch=True):
+            holding[0].kill()
             killed_mid_batch += 1
-            faults.start_sequencer()  # takes over once the dead one's session (and lock) is gone
-            time.sleep(1)
         else:
             time.sleep(0.001)
     faults.writers_done()
@@ -184,12 +226,13 @@ def test_a_sequencer_killed_mid_batch_loses_and_duplicates_nothing(faults):
     faults.stop_signing()
     faults.stop()
     checkpoint_create()
-    assert killed_mid_batch >= 1
+    assert killed_mid_batch == 3
     assert_one_chain_of_the_committed_changes()
 
 
 def test_terminated_backends_under_eight_writers_lose_and_duplicate_nothing(faults):
-    faults.start_sequencer()
+    faults.start_sequencers(1)
+    wait_for_sequencers(1)  # started before the writers take the CPU
     faults.start_writers(60)
 
     faults.sign_checkpoints()
