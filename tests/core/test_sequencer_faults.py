@@ -109,11 +109,19 @@ class Run:
         self.signer = threading.Thread(target=loop)
         self.signer.start()
 
+    def wait_for_a_checkpoint(self) -> None:
+        """Wait until a checkpoint has been signed while the writers write and the sequencers integrate."""
+        deadline = time.monotonic() + 90
+        while self.signed < 1:
+            assert self.signing_failed is None, self.signing_failed
+            assert time.monotonic() < deadline, "no checkpoint was signed during the run"
+            time.sleep(0.1)
+
     def stop_signing(self) -> None:
         self.signing.set()
-        self.signer.join(timeout=30)
+        self.signer.join(timeout=120)
+        assert not self.signer.is_alive(), "the signing thread did not end"
         assert self.signing_failed is None, self.signing_failed
-        assert self.signed >= 1
 
     def writers_done(self) -> None:
         """Stop the writers once the faults are done: each ends its change in flight and exits 0."""
@@ -221,6 +229,7 @@ def test_a_sequencer_killed_mid_batch_loses_and_duplicates_nothing(faults):
             killed_mid_batch += 1
         else:
             time.sleep(0.001)
+    faults.wait_for_a_checkpoint()
     faults.writers_done()
     wait_until_integrated()
     faults.stop_signing()
@@ -250,7 +259,9 @@ def test_terminated_backends_under_eight_writers_lose_and_duplicate_nothing(faul
             done = bool(pid) and cursor.fetchone()[0]
         terminated[name] += done
         time.sleep(0.5 if done else 0.02)
+    faults.wait_for_a_checkpoint()
     faults.writers_done()
+
     wait_until_integrated()  # the sequencer process connected again by itself
     faults.stop_signing()
     faults.stop()
