@@ -14,13 +14,13 @@ from agp_project.ids import is_valid_id
 from agp_project.tenancy import NO_TENANT
 from core.admin_base import AuditorReadOnlyMixin, ReadOnlyModelAdmin
 
+from .approvers import client_person_link
 from .kinds import ClientKind
 from .models import Client, UsedJti
 from .scopes import ALL_SCOPES
 from .services import (
     client_bindings_problems,
     client_create,
-    client_person_link,
     client_rotate_secret,
     client_scopes_for,
     client_set_active,

@@ -18,7 +18,6 @@ from typing import Any
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -28,9 +27,7 @@ from rest_framework_simplejwt.tokens import AccessToken
 from agp_project import errors
 from agp_project.canonical import canonical_json
 from agp_project.ids import is_valid_id
-from core.auditors import staff_user_create
 from core.ledger import ledger_append
-from core.models import StaffTenancy
 
 from . import possession
 from .kinds import DEFAULT_SCOPES, EVERY_TENANT, SCOPE_CEILINGS, ClientKind
@@ -116,7 +113,7 @@ def scopes_normalise(scopes: list[str] | tuple[str, ...]) -> list[str]:
     return [s for s in ALL_SCOPES if s in wanted]
 
 
-def _client_get(client_id: str, *, for_update: bool = False) -> Client:
+def client_get(client_id: str, *, for_update: bool = False) -> Client:
     queryset = Client.objects.select_for_update() if for_update else Client.objects
     client = queryset.filter(client_id=client_id).first()
     if client is None:
@@ -234,7 +231,7 @@ def client_jwks_clean(jwks, problems: dict[str, list[str]]) -> dict:
 def client_rotate_secret(*, client_id: str, actor: str) -> str:
     """A new secret for the client; the old one and every token issued before stop working."""
     _refuse_bootstrap(client_id, "secret")
-    client = _client_get(client_id, for_update=True)
+    client = client_get(client_id, for_update=True)
     secret = secrets.token_urlsafe(32)
     client.set_secret(secret)
     client.tokens_not_before = timezone.now()
@@ -251,7 +248,7 @@ def client_set_active(*, client_id: str, active: bool, actor: str) -> Client:
 
     Re-enabling does not revive tokens issued before the client was disabled.
     """
-    client = _client_get(client_id, for_update=True)
+    client = client_get(client_id, for_update=True)
     if client.is_active == active:
         return client
     client.is_active = active
@@ -276,7 +273,7 @@ def client_update(*, client_id: str, actor: str, scopes: list[str] | None = None
     cleaned = client_jwks_clean(jwks, problems) if jwks is not None else None
     if problems:
         raise errors.invalid_fields(problems)
-    client = _client_get(client_id, for_update=True)
+    client = client_get(client_id, for_update=True)
     payload = {}
     if cleaned is not None and cleaned != client.jwks:
         client.jwks = payload["jwks"] = cleaned
@@ -294,51 +291,6 @@ def client_update(*, client_id: str, actor: str, scopes: list[str] | None = None
         ledger_append(event_type="api_client.updated", resource_type=RESOURCE_TYPE, resource_id=client_id,
                       actor=actor, payload=payload)
     return client
-
-
-def client_person_link(*, client_id: str, username: str | None, actor: str) -> Client:
-    """Link a human client to the admin user who approves as it in the approvals inbox
-    (docs/reference/approvals.md); ``username`` None unlinks it.
-
-    The user is bound to the client's tenants in the admin too (``StaffTenancy``), so what
-    the admin shows them is what the client may read. One user approves as one client.
-    """
-    with transaction.atomic():
-        client = _client_get(client_id, for_update=True)
-        if client.kind != ClientKind.HUMAN:
-            raise errors.invalid_fields({"user": ["Only a human client approves in the inbox."]})
-        user = None
-        if username is not None:
-            user = get_user_model().objects.filter(username=username).first()
-            if user is None:
-                raise errors.invalid_fields({"user": [f"No admin user named {username!r}."]})
-            taken = Client.objects.filter(user=user).exclude(pk=client.pk).values_list("client_id", flat=True).first()
-            if taken:
-                raise errors.Conflict(f"User {username!r} already approves as client {taken!r}.")
-        if client.user_id == (user.pk if user else None):
-            return client
-        client.user = user
-        client.save(update_fields=["user", "updated_at"])
-        if user is not None and not user.is_superuser:
-            StaffTenancy.objects.update_or_create(user=user, defaults={"tenants": list(client.tenants)})
-        ledger_append(event_type="api_client.person_linked" if user else "api_client.person_unlinked",
-                      resource_type=RESOURCE_TYPE, resource_id=client_id, actor=actor,
-                      payload={"username": username} if user else {})
-    return client
-
-
-def approver_create(*, username: str, password: str, subject: str, tenants: list[str], client_id: str = "",
-                    email: str = "", actor: str) -> tuple[object, Client]:
-    """A person who approves in the browser: a staff admin user (no permissions, not a superuser)
-    linked to a new human client with ``subject`` in ``tenants``. An existing username is a
-    ``Conflict``: an account is never silently made an approver."""
-    with transaction.atomic():
-        user = staff_user_create(username=username, password=password, email=email)
-        client, _ = client_create(client_id=client_id or f"person-{username}"[:128], kind=ClientKind.HUMAN,
-                                  subject=subject, tenants=tenants, actor=actor,
-                                  description=f"approves in the inbox as admin user {username}")
-        client = client_person_link(client_id=client.client_id, username=username, actor=actor)
-    return user, client
 
 
 # What this process last saw of each bootstrap client in sync with the environment:

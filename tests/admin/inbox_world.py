@@ -11,7 +11,7 @@ from typing import Any
 
 from rest_framework.test import APIClient
 
-from auth_tokens.services import approver_create
+from auth_tokens.approvers import approver_create
 from tests.execution.factories import World, governed_by_policy, make_world, one_call_request
 from tests.identity import agent_api
 

@@ -6,7 +6,8 @@ from django.core.management import call_command
 
 from agp_project import errors
 from auth_tokens.models import Client
-from auth_tokens.services import client_create, client_person_link
+from auth_tokens.approvers import client_person_link
+from auth_tokens.services import client_create
 from core.models import LedgerEvent, StaffTenancy
 
 pytestmark = pytest.mark.django_db

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from auth_tokens.services import approver_create
+from auth_tokens.approvers import approver_create
 from core.management.passwords import GENERATE_HELP, PASSWORD_HELP, password_from_options
 
 from ..cli import cli_actor, domain_errors_as_command_errors
