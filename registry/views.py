@@ -13,16 +13,14 @@ from .models import Capability, Delegation, Freeze, LiabilityBinding, PolicySet,
 from .serializers import (
     CapabilitySerializer,
     DelegationChainSerializer,
-    FreezeLiftSerializer,
-    FreezeSerializer,
     LiabilityBindingSerializer,
     PolicySetSerializer,
     PolicySetStatusSerializer,
-    RevocationSerializer,
     SkillSerializer,
     TaskSerializer,
     TaskStatusSerializer,
 )
+from .serializers_stops import FreezeLiftSerializer, FreezeSerializer, RevocationSerializer
 
 
 class RegistryViewSet(CreateMixin, AGPViewSet):

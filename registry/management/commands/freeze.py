@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from auth_tokens.management.cli import cli_actor, domain_errors_as_command_errors
 from registry.choices import FreezeTarget
-from registry.serializers import FreezeSerializer
+from registry.serializers_stops import FreezeSerializer
 from registry.services import freeze_create
 
 

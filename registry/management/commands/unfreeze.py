@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 
 from auth_tokens.management.cli import cli_actor, domain_errors_as_command_errors
 from registry.choices import FreezeStatus
-from registry.serializers import FreezeSerializer
+from registry.serializers_stops import FreezeSerializer
 from registry.services import freeze_lift
 
 
