@@ -6,7 +6,7 @@ import pytest
 
 from bench.backtest import recorded_action, recorded_input, request, seed
 from decision.models import Backtest, PolicyEvaluation
-from tests.decision.test_backtests import run
+from tests.decision.backtests import run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 

@@ -15,36 +15,13 @@ from decision import backtests as backtests_module
 from decision.backtests import backtest_run
 from decision.models import Backtest, PolicyEvaluation
 from execution.selectors import action_ids_citing
+from tests.decision.backtests import CANDIDATE, URL, backtest_of, run, start
 from tests.decision.factories import make_decision
 from tests.execution.factories import RULESET, make_policy_set, make_world
 from tests.execution.worker import ledger_event_types, submit_async
-from tests.identity import person_api
 from tests.registry.test_policy_sets_api import SPINS_ON_DEMAND
 
 pytestmark = pytest.mark.django_db
-
-URL = "/agp/backtests"
-
-# The candidate: denies above 100 (the recorded set, RULESET, above 1000), asks for approval
-# above 50, and cannot evaluate a zero divisor.
-CANDIDATE = """package agp.candidate
-
-import rego.v1
-
-default allow := false
-
-default require_approval := false
-
-allow if input.action_class in {"read", "write", "transact"}
-
-require_approval if input.amount > 50
-
-deny contains "amount over 100" if input.amount > 100
-
-deny contains "weekend" if input.weekend == true
-
-deny contains "bad ratio" if 100 / input.divisor < 0
-"""
 
 # Allows what it is asked, but spins for minutes of CPU above an amount of 100.
 SPINS_ABOVE_100 = """package agp.spins
@@ -78,26 +55,6 @@ def record(world, amount, *, policy_set=None, agent_id=None, task=None, evaluate
         action=action, action_hash=content_hash(action),
         ruleset_hash=(policy_set or world.policy_set).ruleset_hash, result=result, allowed=allowed,
         evaluated_at=now, created_at=now)
-
-
-def start(api, **body):
-    response = api.post(URL, body, format="json")
-    assert response.status_code == 202, response.content
-    return response.json()
-
-
-def run(backtest_id):
-    """Run a backtest to its end, slice after slice, as the worker would with each slice's message."""
-    outcome = backtest_run(backtest_id=backtest_id, executor="test/pid-1", action_ids_of=action_ids_citing)
-    while outcome == "continued":
-        [(_, attempt, slice_number)] = [message.args for message in OutboxMessage.objects.order_by("-pk")[:1]]
-        outcome = backtest_run(backtest_id=backtest_id, executor="test/pid-1", action_ids_of=action_ids_citing,
-                               attempt=attempt, slice_number=slice_number)
-    return outcome
-
-
-def backtest_of(operation):
-    return operation["result_url"].rsplit("/", 1)[1]
 
 
 # --- POST /agp/backtests and the operation ---------------------------------------------------------
@@ -452,61 +409,3 @@ def test_a_candidate_that_runs_away_is_stopped_at_the_engine_s_time_limit_on_eac
     assert {change["evaluation_id"]: change["after"] for change in body["changes"]} == {
         evaluation.evaluation_id: {"allow": False, "require_approval": False, "approvals_required": 0, "reasons": [stopped]}
         for evaluation in spinning}
-
-
-# --- cancelling ------------------------------------------------------------------------------------
-
-def test_a_pending_backtest_is_cancelled_through_its_operation_and_then_never_runs(api):
-    candidate = make_policy_set(ruleset=CANDIDATE)
-    operation = start(api, policy_set_id=candidate.policy_set_id)
-
-    response = api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
-
-    assert response.status_code == 200
-    assert response.json()["status"] == "cancelled" and response.json()["progress"]["evaluations"] == 0
-    assert run(backtest_of(operation)) == "done"
-    again = api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
-    assert again.status_code == 409 and again.json()["error"]["code"] == "AGP_INVALID_TRANSITION"
-    assert ledger_event_types(backtest_of(operation)) == ["backtest.created", "backtest.cancelled"]
-
-
-def test_only_the_client_that_asked_for_a_backtest_or_an_operator_cancels_it(auth_settings):
-    candidate = make_policy_set(ruleset=CANDIDATE, root_principal="acme")
-    owner, other = (person_api(subject, ["acme"], scopes=["agp.policy.write", "agp.decision.read"])
-                    for subject in ("owner@acme.example", "other@acme.example"))
-    operation = start(owner, policy_set_id=candidate.policy_set_id)
-
-    refused = other.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
-    cancelled = owner.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
-
-    assert (refused.status_code, refused.json()["error"]["code"]) == (403, "AGP_FORBIDDEN")
-    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
-
-
-def test_an_unknown_operation_is_a_404_for_both_kinds(api):
-
-    assert api.get("/agp/operations/op_none").status_code == 404
-    response = api.patch("/agp/operations/op_none", {"status": "cancelled"}, format="json")
-    assert response.status_code == 404 and response.json()["error"]["code"] == "AGP_NOT_FOUND"
-
-
-def test_the_scope_to_cancel_depends_on_the_operation_s_kind(api, make_token):
-    world = make_world()
-    candidate = make_policy_set(ruleset=CANDIDATE)
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.policy.write', 'agp.execution.write'])}")
-    operation = start(api, policy_set_id=candidate.policy_set_id)
-    envelope_operation = submit_async(api, world.envelope_request())
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.execution.write'])}")
-    refused = api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"}, format="json")
-    assert refused.status_code == 403
-    assert refused.json()["error"]["details"]["required_scopes"] == ["agp.decision.write", "agp.policy.write"]
-
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(scopes=['agp.policy.write', 'agp.decision.read'])}")
-    refused = api.patch(f"/agp/operations/{envelope_operation['operation_id']}", {"status": "cancelled"},
-                        format="json")
-    assert refused.status_code == 403
-    assert refused.json()["error"]["details"]["required_scopes"] == ["agp.execution.write"]
-    assert api.get(f"/agp/operations/{operation['operation_id']}").status_code == 200
-    assert api.patch(f"/agp/operations/{operation['operation_id']}", {"status": "cancelled"},
-                     format="json").status_code == 200
-    assert api.get(f"{URL}/{backtest_of(operation)}").json()["status"] == "cancelled"
