@@ -161,7 +161,6 @@ def _inline(world):
 
 
 def _worker(submit, count: int):
-
     from execution.runner import operation_execute
 
     queued = [submit().json()["operation_id"] for _ in range(count)]
