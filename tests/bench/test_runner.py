@@ -92,6 +92,22 @@ def test_the_gateways_budget_is_what_it_adds_to_a_direct_call_in_units_of_the_ba
     assert found["(i) REST"].measured == pytest.approx(0.09875) and not found["(i) REST"].met
 
 
+@pytest.mark.unit
+def test_the_ledgers_budget_is_appends_counted_when_integrated_over_durable_inserts():
+    from bench.report import budgets
+
+    # The writers committed 5,000/s, but the sequencer integrated them at 4,000/s: the budget
+    # takes the integrated rate.
+    h = {"writers": 8, "inserts_per_second": 9000.0, "appends_per_second": 4000.0,
+         "appends_committed_per_second": 5000.0}
+
+    [budget] = [budget for budget in budgets({"h": h}) if budget.name == "(h)"]
+
+    assert budget.measured == pytest.approx(4000 / 9000) and not budget.met
+    [met] = [budget for budget in budgets({"h": {**h, "appends_per_second": 4500.0}}) if budget.name == "(h)"]
+    assert met.measured == 0.5 and met.met
+
+
 def test_the_closing_note_gives_dpop_beside_bearer_as_ratios():
     from bench.report import table
 
