@@ -11,11 +11,12 @@ one transaction records the evaluation, the decision the policy made (``decided_
 - The policy allows and asks for nobody: an ``approve`` decision, final at once.
 - It allows but people must act (``require_approval``, a critical task, rule 5's impact
   assessment): the ``approve`` decision waits as a draft and the call is refused with
-  ``details.decision_id``. The same call again (same task, agent and action) finds that
-  waiting decision instead of evaluating anew; once the approvals and the assessment are
-  there, the checks pass, the decision is finalised and the action goes ahead, in one
-  transaction. A waiting decision is used once: its row is locked, and a call that finds
-  it finalised meanwhile starts over (a new evaluation, which waits again).
+  ``details.decision_id``. The same call again (same task, agent and action), when the set
+  still sends it to people, takes that waiting decision instead of recording a new one;
+  once the approvals and the assessment are there, the checks pass, the decision is
+  finalised and the action goes ahead, in one transaction. A waiting decision is used
+  once: its row is locked, so a call that finds it finalised meanwhile records its own
+  evaluation and decision, which wait again.
 - It does not allow: a ``deny`` decision, final; the call is refused.
 
 Nothing is evaluated for an agent, principal or tool that is frozen, nor for a task that
@@ -27,19 +28,20 @@ with the refusal (``envelope.rejected``).
 from dataclasses import dataclass, replace
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agp_project import errors
-from agp_project.canonical import action_document, content_hash
+from agp_project.canonical import action_document
 from agp_project.http.prefer import EXECUTE, VALIDATE
 from agp_project.ids import new_id
 from core.ledger import ledger_batch
 from decision.choices import DecidedBy, DecisionOutcome, DecisionStatus
-from decision.models import Decision, PolicyEvaluation
+from decision.models import Decision
 from decision.selectors import impact_assessment_required
 from decision.services import (
     decision_by_policy,
+    Evaluated,
     decision_finalise_locked,
     policy_evaluate,
     policy_evaluation_record,
@@ -47,9 +49,8 @@ from decision.services import (
 )
 from registry.choices import PolicySetStatus
 from registry.models import PolicySet, Task
-from registry.selectors import freezes_matching
 
-from .checks import CheckReport, Created, EnvelopeInputs, envelope_checks
+from .checks import AlreadyRead, CheckReport, Created, EnvelopeInputs, envelope_checks, freezes_stopping
 from .models import ActionEnvelope, Operation
 from .runner import Claim, claim_start
 from .services import (
@@ -77,25 +78,17 @@ class Governed:
     claim: Claim | None = None  # INLINE: what the caller calls, under its claim of the operation
 
 
-class _StaleWaiting(Exception):
-    """The waiting decision was finalised by a concurrent call: start over."""
-
-
-def _governing_task(inputs: EnvelopeInputs, tenants: frozenset[str] | None, action_hash: str):
-    """The task with its policy set, in one query; None when it does not exist or is another
-    tenant's. Annotated: whether a freeze stops the action (``frozen``), whether the set has
-    active shadows (``shadowed``), and the set's newest decision waiting for people on this
-    agent and action (``waiting_pk``)."""
+def _governing_read(inputs: EnvelopeInputs, tenants: frozenset[str] | None) -> AlreadyRead:
+    """The task with its policy set, annotated with whether the set has active shadows
+    (``shadowed``), and the freezes that stop the action, in two queries; the checks judge
+    both as read here. The task is None when it does not exist or is another tenant's."""
     task = (Task.objects.select_related("policy_set").filter(task_id=inputs.task_id)
-            .annotate(frozen=Exists(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
-                                                     root_principal=OuterRef("root_principal"))),
-                      shadowed=Exists(PolicySet.objects.filter(shadow_of_id=OuterRef("policy_set_id"),
-                                                               status=PolicySetStatus.ACTIVE)),
-                      waiting_pk=Subquery(_waiting_decisions(inputs, action_hash).values("pk")[:1]))
+            .annotate(shadowed=Exists(PolicySet.objects.filter(shadow_of_id=OuterRef("policy_set_id"),
+                                                               status=PolicySetStatus.ACTIVE)))
             .first())
-    if task is None or (tenants is not None and task.root_principal not in tenants):
-        return None
-    return task
+    if task is not None and tenants is not None and task.root_principal not in tenants:
+        task = None
+    return AlreadyRead(task=task, freezes=freezes_stopping(inputs, task.root_principal if task else None))
 
 
 def policy_input(task: Task, agent_id: str) -> dict:
@@ -105,20 +98,23 @@ def policy_input(task: Task, agent_id: str) -> dict:
             "agent_id": agent_id}
 
 
-def _waits_for_people(task: Task, evaluation: PolicyEvaluation) -> bool:
-    return bool(evaluation.require_approval or task.risk_level == "critical" or impact_assessment_required(task=task))
+def _waits_for_people(task: Task, evaluated: Evaluated) -> bool:
+    return bool(evaluated.outcome.require_approval or task.risk_level == "critical"
+                or impact_assessment_required(task=task))
 
 
-def _waiting_decisions(inputs: EnvelopeInputs, action_hash: str):
-    """The draft decisions the (outer) task's policy set made for this agent and action, on an
-    evaluation of the set as it is now, newest first."""
-    return (Decision.objects
-            .filter(task_id=OuterRef("task_id"), agent_id=inputs.agent_id, decided_by=DecidedBy.POLICY,
+def _waiting_locked(task: Task, evaluated: Evaluated, agent_id: str) -> Decision | None:
+    """The newest decision the task's policy set made for this agent and action that waits for
+    people, on an evaluation of the set as it is now, locked, with its evaluation; None when
+    there is none (or a concurrent call finalised it: a row that no longer matches once its
+    lock is granted is not returned)."""
+    return (Decision.objects.select_for_update(of=("self",)).select_related("policy_evaluation")
+            .filter(task_id=task.task_id, agent_id=agent_id, decided_by=DecidedBy.POLICY,
                     status=DecisionStatus.DRAFT, outcome=DecisionOutcome.APPROVE,
-                    policy_evaluation__action_hash=action_hash,
-                    policy_evaluation__policy_set_id=OuterRef("policy_set_id"),
-                    policy_evaluation__ruleset_hash=OuterRef("policy_set__ruleset_hash"))
-            .order_by("-pk"))
+                    policy_evaluation__action_hash=evaluated.action_hash,
+                    policy_evaluation__policy_set_id=task.policy_set_id,
+                    policy_evaluation__ruleset_hash=evaluated.policy_set.ruleset_hash)
+            .order_by("-pk").first())
 
 
 def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: frozenset[str] | None = None,
@@ -135,59 +131,56 @@ def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: fro
     envelope has it and the checks do not look for one (the column is unique all the same).
     """
     action = action_document(tool_id=inputs.tool_id, operation=inputs.operation, parameters=inputs.parameters)
-    task = _governing_task(inputs, tenants, content_hash(action))
-    if task is None or task.policy_set_id is None or task.frozen:
+    read = _governing_read(inputs, tenants)
+    task = read.task
+    if task is None or task.policy_set_id is None or read.freezes:
         # Nothing to decide by (or nobody may act): the checks say what is missing.
-        report = envelope_checks(inputs=inputs, new=not minted, tenants=tenants)
+        report = envelope_checks(inputs=inputs, new=not minted, tenants=tenants, read=read)
         if report.already_accepted:
             raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
         envelope_reject(inputs=inputs, report=report, actor=actor, mode=_ledger_mode(mode))
     if mode == EXECUTE:  # a worker will be told; inline, the caller executes it
         broker_ensure_reachable()
-    try:
-        return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
-                       executor=executor, waiting=task.waiting_pk, minted=minted)
-    except _StaleWaiting:
-        return _govern(task=task, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
-                       executor=executor, waiting=None, minted=minted)
+    return _govern(read=read, inputs=inputs, action=action, actor=actor, mode=mode, tenants=tenants,
+                   executor=executor, minted=minted)
 
 
 def _ledger_mode(mode: str) -> str:
     return VALIDATE if mode == VALIDATE else EXECUTE
 
 
-def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mode: str,
-            tenants: frozenset[str] | None, executor: str, waiting: int | None, minted: bool) -> Governed:
-    now = timezone.now()
-    evaluated = None
-    if waiting is None:
-        # The engine runs before the transaction: no lock is held while a ruleset runs.
-        # The set as read with the task; its shadows are read only when it has any.
-        sets = policy_sets_with_shadows(task.policy_set_id) if task.shadowed else [task.policy_set]
-        policy_set = next((s for s in sets if s.policy_set_id == task.policy_set_id), None)
-        if policy_set is None:  # deleted meanwhile: sets are protected, so never; fail closed anyway
-            raise errors.Unavailable("The task's policy set could not be read.")
-        evaluated = policy_evaluate(sets=sets, policy_set=policy_set, input=policy_input(task, inputs.agent_id),
-                                    action=action, now=now)
+def _govern(*, read: AlreadyRead, inputs: EnvelopeInputs, action: dict, actor: str, mode: str,
+            tenants: frozenset[str] | None, executor: str, minted: bool) -> Governed:
+    task, now = read.task, timezone.now()
+    # The engine runs before the transaction: no lock is held while a ruleset runs.
+    # The set as read with the task; its shadows are read only when it has any.
+    sets = policy_sets_with_shadows(task.policy_set_id) if task.shadowed else [task.policy_set]
+    policy_set = next((s for s in sets if s.policy_set_id == task.policy_set_id), None)
+    if policy_set is None:  # deleted meanwhile: sets are protected, so never; fail closed anyway
+        raise errors.Unavailable("The task's policy set could not be read.")
+    evaluated = policy_evaluate(sets=sets, policy_set=policy_set, input=policy_input(task, inputs.agent_id),
+                                action=action, now=now)
+    waits = evaluated.allowed and _waits_for_people(task, evaluated)
     refusal = None
     checked: list[CheckReport] = []
     with envelope_acceptance(inputs=inputs, report=checked, actor=actor):
         with transaction.atomic(), ledger_batch():
+            # Sent to people: a decision of the same call may already wait for them.
+            waiting = _waiting_locked(task, evaluated, inputs.agent_id) if waits else None
             if waiting is not None:
-                decision = _locked_waiting(waiting)
-                evaluation = decision.policy_evaluation
+                decision, evaluation = waiting, waiting.policy_evaluation
             else:
                 evaluation = policy_evaluation_record(
                     evaluated, evaluation_id=new_id("pev"), task_id=task.task_id, agent_id=inputs.agent_id,
                     root_principal=task.root_principal, actor=actor, created_at=now)
                 decision = decision_by_policy(actor=actor, task=task, agent_id=inputs.agent_id,
-                                              evaluation=evaluation, waits=_waits_for_people(task, evaluation),
-                                              now=now)
+                                              evaluation=evaluation, waits=waits, now=now)
             cited = replace(inputs, decision_ref=decision.decision_id, policy_decision_ref=evaluation.evaluation_id)
             pending = decision.status == DecisionStatus.DRAFT
             report = envelope_checks(inputs=cited, new=not minted, tenants=tenants,
                                      finalising=decision.decision_id if pending else None,
-                                     created=Created(decision, evaluation) if waiting is None else None)
+                                     created=Created(decision, evaluation) if waiting is None else None,
+                                     read=read)
             checked.append(report)
             if report.already_accepted:
                 raise errors.duplicate_id("action envelope", "action_id", inputs.action_id)
@@ -205,15 +198,6 @@ def _govern(*, task: Task, inputs: EnvelopeInputs, action: dict, actor: str, mod
     if refusal is not None:
         raise refusal
     return governed
-
-
-def _locked_waiting(pk: int) -> Decision:
-    """The waiting decision, locked, with its evaluation: two calls that found it cannot both finalise it."""
-    decision = (Decision.objects.select_for_update(of=("self",)).select_related("policy_evaluation")
-                .filter(pk=pk).first())
-    if decision is None or decision.status != DecisionStatus.DRAFT:
-        raise _StaleWaiting
-    return decision
 
 
 def _proceed(governed: Governed, *, inputs: EnvelopeInputs, report: CheckReport, actor: str, mode: str,

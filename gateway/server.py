@@ -53,7 +53,7 @@ from execution.runner import connector_run_async, lease_kept, operation_finish
 from execution.serializers_envelopes import parameters_problems
 from registry.models import Task
 
-from .tools import GatewayTool, agent_tools
+from .tools import GatewayTool, agent_tool, agent_tools
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +164,7 @@ def _call_inputs(*, caller: Caller, name: str, arguments: dict[str, Any], task_i
         raise errors.invalid_fields({TASK_META: [
             f"Name the task: the {TASK_HEADER} header of the connection, or _meta[{TASK_META!r}] of the call."]})
     agent_id = _agent_of(caller, task_id)
-    tool = next((tool for tool in (agent_tools(agent_id=agent_id, tenant=caller.tenant) if agent_id else [])
-                 if tool.name == name), None)
+    tool = agent_tool(agent_id=agent_id, tenant=caller.tenant, name=name) if agent_id else None
     if tool is None:
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
     problems = parameters_problems(arguments)

@@ -2,7 +2,8 @@
 
 Every tool of the agent's active ``mcp`` skills that an active, unexpired capability of the
 agent covers, as the skill pinned it, named ``<tool_id>.<tool name>``. Revoked skills,
-capabilities and agents count as gone even before a cascade marked them. Three queries.
+capabilities and agents count as gone even before a cascade marked them. Three queries;
+two for the one tool of a call (``agent_tool``), whose checks read the revocations.
 """
 
 from dataclasses import dataclass
@@ -40,18 +41,9 @@ class GatewayTool:
 def agent_tools(*, agent_id: str, tenant: str | None) -> list[GatewayTool]:
     """The agent's governed tools, sorted by name. ``tenant``: the agent client's one tenant
     (None: the service is open, every tenant)."""
-    now = timezone.now()
-    in_tenant = Q() if tenant is None else Q(root_principal__isnull=True) | Q(root_principal=tenant)
-    skills = list(Skill.objects.filter(in_tenant, agent_id=agent_id, connector=Connector.MCP,
-                                       status=SkillStatus.ACTIVE)
-                  .order_by("-created_at", "-pk").only("skill_id", "tool_id", "tool_pins", "endpoint_url")[:MAX_ROWS])
+    skills, capabilities = _skills_and_capabilities(agent_id=agent_id, tenant=tenant)
     if not skills:
         return []
-    capabilities = list(Capability.objects.filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=now), agent_id=agent_id, status=ActiveStatus.ACTIVE,
-        tool_id__in={skill.tool_id for skill in skills},
-        **({} if tenant is None else {"delegation__root_principal": tenant}))
-        .order_by("-created_at", "-pk").only("capability_id", "tool_id", "operations")[:MAX_ROWS])
     revoked = set(Revocation.objects.filter(
         Q(target_type=RevocationTarget.AGENT, target_id=agent_id)
         | Q(target_type=RevocationTarget.SKILL, target_id__in=[skill.skill_id for skill in skills])
@@ -59,6 +51,40 @@ def agent_tools(*, agent_id: str, tenant: str | None) -> list[GatewayTool]:
         .values_list("target_type", "target_id"))
     if (RevocationTarget.AGENT, agent_id) in revoked:
         return []
+    tools = _paired(skills, capabilities, revoked)
+    return [tools[name] for name in sorted(tools)]
+
+
+def agent_tool(*, agent_id: str, tenant: str | None, name: str) -> GatewayTool | None:
+    """The tool ``name`` for a call: paired as ``agent_tools`` pairs it, without reading the
+    revocations (two queries). The call's checks read them, and refuse a revoked skill,
+    capability or agent (check 3)."""
+    skills, capabilities = _skills_and_capabilities(agent_id=agent_id, tenant=tenant)
+    return _paired(skills, capabilities, set()).get(name)
+
+
+def _skills_and_capabilities(*, agent_id: str, tenant: str | None) -> tuple[list[Skill], list[Capability]]:
+    """The agent's newest active ``mcp`` skills, and its newest active, unexpired capabilities
+    for their tools (none when it has no skill)."""
+    now = timezone.now()
+    in_tenant = Q() if tenant is None else Q(root_principal__isnull=True) | Q(root_principal=tenant)
+    skills = list(Skill.objects.filter(in_tenant, agent_id=agent_id, connector=Connector.MCP,
+                                       status=SkillStatus.ACTIVE)
+                  .order_by("-created_at", "-pk").only("skill_id", "tool_id", "tool_pins", "endpoint_url")[:MAX_ROWS])
+    if not skills:
+        return [], []
+    capabilities = list(Capability.objects.filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now), agent_id=agent_id, status=ActiveStatus.ACTIVE,
+        tool_id__in={skill.tool_id for skill in skills},
+        **({} if tenant is None else {"delegation__root_principal": tenant}))
+        .order_by("-created_at", "-pk").only("capability_id", "tool_id", "operations")[:MAX_ROWS])
+    return skills, capabilities
+
+
+def _paired(skills: list[Skill], capabilities: list[Capability],
+            revoked: set[tuple[str, str]]) -> dict[str, GatewayTool]:
+    """Each tool of the newest skill of each tool id not ``revoked``, with the newest capability
+    not revoked that covers it, by name."""
     tools: dict[str, GatewayTool] = {}
     seen_tool_ids: set[str] = set()
     for skill in skills:
@@ -78,4 +104,4 @@ def agent_tools(*, agent_id: str, tenant: str | None) -> list[GatewayTool]:
                 tools[name] = GatewayTool(name=name, tool_id=skill.tool_id, operation=pin["name"],
                                           capability_id=capability.capability_id, definition=pin["definition"],
                                           endpoint_url=skill.endpoint_url)
-    return [tools[name] for name in sorted(tools)]
+    return tools

@@ -44,12 +44,14 @@ def pg_connect(**kwargs) -> psycopg.Connection:
                            dbname=db["NAME"], **kwargs)
 
 
-def waits_behind(lock_sql: str, params: list, call: Callable[[], Any], *, timeout: float = 30) -> tuple[bool, Any]:
+def waits_behind(lock_sql: str, params: list, call: Callable[[], Any], *, timeout: float = 30,
+                 release: Callable[[psycopg.Connection], None] = psycopg.Connection.rollback) -> tuple[bool, Any]:
     """Run ``call`` in a thread while another session holds the row lock ``lock_sql`` takes.
 
     Returns whether PostgreSQL saw the call wait for that session, and the call's result (or
-    the exception it raised), once the lock was released. The call's data must be committed
-    (a ``transaction=True`` test) for the thread's connection to see it.
+    the exception it raised), once the lock was released: by ``release(session)``, a rollback
+    unless the test writes and commits. The call's data must be committed (a
+    ``transaction=True`` test) for the thread's connection to see it.
     """
     done = threading.Event()
     outcome: list[Any] = []
@@ -76,6 +78,6 @@ def waits_behind(lock_sql: str, params: list, call: Callable[[], Any], *, timeou
                 waited = True
                 break
             time.sleep(0.02)
-        holder.rollback()
+        release(holder)
     thread.join(timeout)
     return waited, outcome[0] if outcome else TimeoutError("the call did not end")

@@ -38,16 +38,16 @@ from .rules import (
     parameters_violations,
     usable_amount,
 )
-from .state import Created, envelope_state_load, spending_of_chain
+from .state import AlreadyRead, Created, envelope_state_load, freezes_stopping, spending_of_chain
 
-__all__ = ["CHECK_NAMES", "CheckReport", "Created", "EnvelopeInputs", "Outcome", "envelope_checks", "envelope_recheck",
-           "parameters_violations"]
+__all__ = ["CHECK_NAMES", "AlreadyRead", "CheckReport", "Created", "EnvelopeInputs", "Outcome", "envelope_checks",
+           "envelope_recheck", "freezes_stopping", "parameters_violations"]
 
 
 def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
                     held_on: str | None = None, new: bool = False,
                     tenants: frozenset[str] | None = None, finalising: str | None = None,
-                    created: Created | None = None) -> CheckReport:
+                    created: Created | None = None, read: AlreadyRead | None = None) -> CheckReport:
     """Run all eleven checks on ``inputs``; never stops at the first failure.
 
     ``held_on``: the commerce session on which the envelope already holds a reservation
@@ -65,12 +65,14 @@ def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,
     finalised.
 
     ``created``: the decision and evaluation the caller has just created in its transaction
-    (execution/one_call.py), judged as created instead of read back.
+    (execution/one_call.py), judged as created instead of read back. ``read``: the task and
+    the freezes the caller has just read (the same call), judged as read.
     """
     now = now or timezone.now()
     report = CheckReport(results=[], parameters_hash=inputs.parameters_hash)
     state = envelope_state_load(inputs=inputs, now=now, held_on=held_on, new=new,
-                                amount=usable_amount(inputs.parameters), tenants=tenants, created=created)
+                                amount=usable_amount(inputs.parameters), tenants=tenants, created=created,
+                                read=read)
     if state.already_accepted:
         report.already_accepted = True
         return report

@@ -15,7 +15,8 @@ column, with a limit:
   rule 5 asks for one;
 - none of the decision, its evaluation, approvals and assessment when the caller has just
   created the decision and evaluation in its transaction (``Created``: an action made in
-  one call);
+  one call), nor the task and the freezes when the caller has just read them
+  (``AlreadyRead``: the same call, which reads them to know whether to run the policy);
 - the agent's delegation candidates for the task's root principal, then every link of
   their chains;
 - for ``transact``: the commerce session, the agent's newest active liability bindings,
@@ -133,9 +134,25 @@ class Created:
     evaluation: PolicyEvaluation  # with its policy_set
 
 
+@dataclass(frozen=True)
+class AlreadyRead:
+    """The envelope's task (None: not found, or another tenant's) and the freezes that stop its
+    action (``freezes_stopping``), which the caller has just read for the same envelope (an
+    action made in one call reads them to know whether to run the policy at all)."""
+
+    task: Task | None
+    freezes: list[Freeze]
+
+
+def freezes_stopping(inputs: EnvelopeInputs, root_principal: str | None) -> list[Freeze]:
+    """The active freezes that stop the envelope's agent, tool or root principal (check 11), oldest first."""
+    return list(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
+                                 root_principal=root_principal)[:MAX_FREEZES])
+
+
 def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str | None = None,
-                        new: bool = False, amount: Decimal | None = None,
-                        tenants: frozenset[str] | None = None, created: Created | None = None) -> EnvelopeState:
+                        new: bool = False, amount: Decimal | None = None, tenants: frozenset[str] | None = None,
+                        created: Created | None = None, read: AlreadyRead | None = None) -> EnvelopeState:
     """The state the eleven checks judge ``inputs`` against, at ``now``.
 
     ``held_on``: the commerce session the envelope already holds a reservation on (the
@@ -146,12 +163,13 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     records find nothing (None: every tenant). ``created``: when the envelope cites them,
     they are judged as created rather than read back; nobody has approved or assessed a
     decision no other transaction can see yet (the foreign keys of approvals and impact
-    assessments need the committed decision), so it has neither.
+    assessments need the committed decision), so it has neither. ``read``: the task and
+    freezes as the caller has just read them.
     """
     if new and ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
         return EnvelopeState(task=None, capability=None, skill=None, decision=None, evaluation=None,
                              approvals=[], escalations=[], already_accepted=True)
-    task = Task.objects.filter(task_id=inputs.task_id).first()
+    task = read.task if read is not None else Task.objects.filter(task_id=inputs.task_id).first()
     task = _of_tenants(task, task.root_principal if task else None, tenants)
     root_principal = task.root_principal if task else None
     # The agent's skills for the tool in the task's tenant, and those registered for every tenant.
@@ -183,8 +201,7 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
         escalations=list(escalations_blocking(task_id=inputs.task_id, decision_id=inputs.decision_ref,
                                               action_id=inputs.action_id,
                                               root_principal=root_principal)[:MAX_ESCALATIONS]),
-        freezes=list(freezes_matching(agent_id=inputs.agent_id, tool_id=inputs.tool_id,
-                                      root_principal=root_principal)[:MAX_FREEZES]),
+        freezes=read.freezes if read is not None else freezes_stopping(inputs, root_principal),
     )
     if state.decision is None:
         state.approvals = []

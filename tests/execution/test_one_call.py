@@ -1,17 +1,21 @@
 """One call per governed action over REST (execution/one_call.py): an envelope without a decision,
 for a task with a policy set, is evaluated, decided and checked in the one request."""
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from agp_project import errors
+from agp_project.http.prefer import VALIDATE
 from core.models import LedgerEvent
 from decision.models import Approval, Decision, PolicyEvaluation
 from execution.models import ActionEnvelope, Operation, Receipt
 from execution.one_call import INLINE, action_govern
 from execution.runner import operation_execute
 from registry.models import Freeze, Task
+from tests.concurrency import waits_behind
 from tests.execution.factories import check_inputs, governed_by_policy, make_world, one_call_request
 
 pytestmark = pytest.mark.django_db
@@ -169,3 +173,31 @@ def test_an_inline_call_is_decided_accepted_and_claimed_for_its_caller_in_a_pinn
     assert governed.claim.governance["evaluation_id"] == governed.evaluation_id
     assert governed.claim.governance["assessment_id"] is None
     assert events_of(governed.envelope.action_id) == ["envelope.accepted"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_waiting_decision_another_call_finalised_meanwhile_is_not_used_twice():
+    world = governed_by_policy(make_world(parameters={"limit": 60}))
+    inputs = check_inputs(world, decision_ref="", policy_decision_ref="")
+    with pytest.raises(errors.AGPError) as first:
+        action_govern(inputs=inputs, actor="agent-client", mode=VALIDATE)
+    waiting = first.value.details["decision_id"]
+
+    def finalise_and_commit(session):
+        # What a call that cleared the waiting decision does with the row it locked.
+        session.execute("UPDATE decision_decision SET status = 'finalised', finalised_at = now() "
+                        "WHERE decision_id = %s", [waiting])
+        session.commit()
+
+    waited, again = waits_behind(
+        "SELECT id FROM decision_decision WHERE decision_id = %s FOR UPDATE", [waiting],
+        lambda: action_govern(inputs=replace(inputs, action_id="act-again"), actor="agent-client", mode=VALIDATE),
+        release=finalise_and_commit)
+
+    assert waited
+    assert isinstance(again, errors.AGPError), again
+    fresh = Decision.objects.get(decision_id=again.details["decision_id"])
+    assert fresh.decision_id != waiting
+    assert (fresh.status, fresh.outcome) == ("draft", "approve")
+    assert PolicyEvaluation.objects.filter(decisions__decided_by="policy").count() == 2

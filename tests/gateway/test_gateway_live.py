@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from agp_client import AGPClient, verify_signature
@@ -83,8 +83,9 @@ class World:
         delegation = self.operator.delegations.create(
             root_principal=self.tenant, delegator_agent=self.tenant, delegate_agent=self.agent,
             authority_scope=["crm:*"], expires_at=TOMORROW)
-        self.operator.capabilities.create(agent_id=self.agent, delegation_id=delegation["delegation_id"],
-                                          tool_id="crm", operations=["lookup_customer", "issue_refund"])
+        self.capability = self.operator.capabilities.create(
+            agent_id=self.agent, delegation_id=delegation["delegation_id"], tool_id="crm",
+            operations=["lookup_customer", "issue_refund"])
         self.skill = self.operator.skills.create(agent_id=self.agent, name="CRM", version="1", tool_id="crm",
                                                  connector="mcp", endpoint_url=upstream.url)
         policy_set = self.operator.policy_sets.create(name=f"crm-{run}", version="1", ruleset=RULESET,
@@ -211,6 +212,23 @@ def test_a_frozen_agents_call_is_refused(world, stack):
 
     assert result.is_error is True
     assert "freeze" in {item["check"] for item in result.meta["agp/error"]["details"]["failed_checks"]}
+    assert calls_of(upstream, arguments) == []
+
+
+def test_a_revoked_capabilitys_tools_are_neither_listed_nor_called(world, stack):
+    _, upstream = stack
+    world.operator.revocations.create(target_type="capability", target_id=world.capability["capability_id"],
+                                      reason="compromised")
+    arguments = {"customer_id": "c-revoked"}
+
+    async def listing():
+        async with world.agent_api.mcp_session(task_id=world.task["task_id"]) as session:
+            return (await session.list_tools()).tools
+
+    assert anyio.run(listing) == []
+    with pytest.raises(BaseExceptionGroup) as raised:  # the SDK's client raises it out of its task group
+        world.call("crm.lookup_customer", arguments)
+    assert raised.group_contains(MCPError, match="Unknown tool: crm.lookup_customer")
     assert calls_of(upstream, arguments) == []
 
 
