@@ -50,7 +50,7 @@ from decision.services import (
 from registry.choices import PolicySetStatus
 from registry.models import PolicySet, Task
 
-from .checks import AlreadyRead, CheckReport, Created, EnvelopeInputs, envelope_checks, freezes_stopping
+from .checks import AlreadyRead, CheckReport, Created, EnvelopeInputs, ToolRead, envelope_checks, freezes_stopping
 from .models import ActionEnvelope, Operation
 from .runner import Claim, claim_start
 from .services import (
@@ -78,7 +78,7 @@ class Governed:
     claim: Claim | None = None  # INLINE: what the caller calls, under its claim of the operation
 
 
-def _governing_read(inputs: EnvelopeInputs, tenants: frozenset[str] | None) -> AlreadyRead:
+def _governing_read(inputs: EnvelopeInputs, tenants: frozenset[str] | None, tool: ToolRead | None) -> AlreadyRead:
     """The task with its policy set, annotated with whether the set has active shadows
     (``shadowed``), and the freezes that stop the action, in two queries; the checks judge
     both as read here. The task is None when it does not exist or is another tenant's."""
@@ -88,7 +88,7 @@ def _governing_read(inputs: EnvelopeInputs, tenants: frozenset[str] | None) -> A
             .first())
     if task is not None and tenants is not None and task.root_principal not in tenants:
         task = None
-    return AlreadyRead(task=task, freezes=freezes_stopping(inputs, task.root_principal if task else None))
+    return AlreadyRead(task=task, freezes=freezes_stopping(inputs, task.root_principal if task else None), tool=tool)
 
 
 def policy_input(task: Task, agent_id: str) -> dict:
@@ -118,7 +118,7 @@ def _waiting_locked(task: Task, evaluated: Evaluated, agent_id: str) -> Decision
 
 
 def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: frozenset[str] | None = None,
-                  executor: str = "", minted: bool = False) -> Governed:
+                  executor: str = "", minted: bool = False, tool: ToolRead | None = None) -> Governed:
     """Govern ``inputs`` (without ``decision_ref`` and ``policy_decision_ref``) by its task's policy set.
 
     ``mode``: ``VALIDATE`` (the signed envelope as it would execute, nothing executed),
@@ -129,9 +129,11 @@ def action_govern(*, inputs: EnvelopeInputs, actor: str, mode: str, tenants: fro
 
     ``minted``: ``inputs.action_id`` was made for this call (the MCP gateway's), so no
     envelope has it and the checks do not look for one (the column is unique all the same).
+    ``tool``: the skills and the capability the caller read to find the tool called (the
+    MCP gateway); the checks judge them as read.
     """
     action = action_document(tool_id=inputs.tool_id, operation=inputs.operation, parameters=inputs.parameters)
-    read = _governing_read(inputs, tenants)
+    read = _governing_read(inputs, tenants, tool)
     task = read.task
     if task is None or task.policy_set_id is None or read.freezes:
         # Nothing to decide by (or nobody may act): the checks say what is missing.

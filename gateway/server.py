@@ -45,7 +45,7 @@ from agp_project.mcp_client import SessionPool, tools_list_pooled
 from auth_tokens.authentication import principal_from_authorization
 from auth_tokens.kinds import ClientKind
 from auth_tokens.services import ANONYMOUS, ClientPrincipal, auth_enabled
-from execution.checks import EnvelopeInputs
+from execution.checks import EnvelopeInputs, ToolRead
 from execution.connectors import connector_for
 from execution.documents import receipt_document
 from execution.one_call import INLINE, Governed, action_govern
@@ -157,16 +157,18 @@ def _meta_text(meta: dict | None, key: str) -> str:
 
 
 def _call_inputs(*, caller: Caller, name: str, arguments: dict[str, Any], task_id: str,
-                 session_id: str) -> tuple[GatewayTool, EnvelopeInputs]:
-    """The tool called and the envelope it asks for; a 400 for a call that names no task or
-    sends parameters no envelope can hold, an MCP error for a tool the agent was not shown."""
+                 session_id: str) -> tuple[GatewayTool, ToolRead, EnvelopeInputs]:
+    """The tool called, what was read to find it, and the envelope it asks for; a 400 for a
+    call that names no task or sends parameters no envelope can hold, an MCP error for a tool
+    the agent was not shown."""
     if not task_id:
         raise errors.invalid_fields({TASK_META: [
             f"Name the task: the {TASK_HEADER} header of the connection, or _meta[{TASK_META!r}] of the call."]})
     agent_id = _agent_of(caller, task_id)
-    tool = agent_tool(agent_id=agent_id, tenant=caller.tenant, name=name) if agent_id else None
-    if tool is None:
+    found = agent_tool(agent_id=agent_id, tenant=caller.tenant, name=name) if agent_id else None
+    if found is None:
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
+    tool, read = found
     problems = parameters_problems(arguments)
     if problems:
         raise errors.invalid_fields({"arguments": [problems]})
@@ -174,7 +176,7 @@ def _call_inputs(*, caller: Caller, name: str, arguments: dict[str, Any], task_i
                             operation=tool.operation, capability_token_ref=tool.capability_id, decision_ref="",
                             policy_decision_ref="", created_at=timezone.now(), parameters=arguments,
                             commerce_session_id=session_id)
-    return tool, inputs
+    return tool, read, inputs
 
 
 def refused(error: errors.AGPError) -> types.CallToolResult:
@@ -211,11 +213,11 @@ def _governed(*, caller: Caller, name: str, arguments: dict[str, Any], task_id: 
               listen: Callable[[str], None]) -> tuple[GatewayTool, Governed]:
     """The tool called and its governed action (``action_govern``), in one database thread;
     ``listen(endpoint_url)`` is told the tool's server as soon as it is known."""
-    tool, inputs = _call_inputs(caller=caller, name=name, arguments=arguments, task_id=task_id,
-                                session_id=session_id)
+    tool, read, inputs = _call_inputs(caller=caller, name=name, arguments=arguments, task_id=task_id,
+                                      session_id=session_id)
     listen(tool.endpoint_url)
     return tool, action_govern(inputs=inputs, actor=caller.principal.client_id, mode=INLINE,
-                               tenants=caller.principal.tenants, executor=EXECUTOR, minted=True)
+                               tenants=caller.principal.tenants, executor=EXECUTOR, minted=True, tool=read)
 
 
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:

@@ -3,7 +3,8 @@
 Every tool of the agent's active ``mcp`` skills that an active, unexpired capability of the
 agent covers, as the skill pinned it, named ``<tool_id>.<tool name>``. Revoked skills,
 capabilities and agents count as gone even before a cascade marked them. Three queries;
-two for the one tool of a call (``agent_tool``), whose checks read the revocations.
+two for the one tool of a call (``agent_tool``), whose checks read the revocations and
+take the skills and the capability as read here.
 """
 
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from execution.checks import ToolRead
 from registry.choices import ActiveStatus, Connector, RevocationTarget, SkillStatus
 from registry.models import Capability, Revocation, Skill
 from registry.tool_pins import WILDCARD
@@ -55,12 +57,33 @@ def agent_tools(*, agent_id: str, tenant: str | None) -> list[GatewayTool]:
     return [tools[name] for name in sorted(tools)]
 
 
-def agent_tool(*, agent_id: str, tenant: str | None, name: str) -> GatewayTool | None:
-    """The tool ``name`` for a call: paired as ``agent_tools`` pairs it, without reading the
-    revocations (two queries). The call's checks read them, and refuse a revoked skill,
-    capability or agent (check 3)."""
-    skills, capabilities = _skills_and_capabilities(agent_id=agent_id, tenant=tenant)
-    return _paired(skills, capabilities, set()).get(name)
+def agent_tool(*, agent_id: str, tenant: str | None, name: str) -> tuple[GatewayTool, ToolRead] | None:
+    """The tool ``name`` for a call, paired as ``agent_tools`` pairs it, with what the call's
+    checks read of it (``ToolRead``), in two queries: the agent's active skills of every tool
+    id the name may begin with, of any connector (check 3 executes on the newest), and its
+    capabilities for them with their delegations. The revocations are the checks': they
+    refuse a revoked skill, capability or agent (check 3). None: no such tool."""
+    now = timezone.now()
+    in_tenant = Q() if tenant is None else Q(root_principal__isnull=True) | Q(root_principal=tenant)
+    tool_ids = {name[:at] for at, char in enumerate(name) if char == "."}  # <tool_id>.<tool name>
+    skills = list(Skill.objects.filter(in_tenant, agent_id=agent_id, tool_id__in=tool_ids, status=ActiveStatus.ACTIVE)
+                  .order_by("-created_at", "-pk")[:MAX_ROWS])
+    served = [skill for skill in skills if skill.connector == Connector.MCP]
+    if not served:
+        return None
+    capabilities = list(Capability.objects.select_related("delegation").filter(
+        _unexpired(now), agent_id=agent_id, status=ActiveStatus.ACTIVE, tool_id__in={skill.tool_id for skill in served},
+        **({} if tenant is None else {"delegation__root_principal": tenant}))
+        .order_by("-created_at", "-pk")[:MAX_ROWS])
+    tool = _paired(served, capabilities, set()).get(name)
+    if tool is None:
+        return None
+    capability = next(c for c in capabilities if c.capability_id == tool.capability_id)
+    return tool, ToolRead(skills=[skill for skill in skills if skill.tool_id == tool.tool_id], capability=capability)
+
+
+def _unexpired(now) -> Q:
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
 
 
 def _skills_and_capabilities(*, agent_id: str, tenant: str | None) -> tuple[list[Skill], list[Capability]]:
@@ -74,7 +97,7 @@ def _skills_and_capabilities(*, agent_id: str, tenant: str | None) -> tuple[list
     if not skills:
         return [], []
     capabilities = list(Capability.objects.filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=now), agent_id=agent_id, status=ActiveStatus.ACTIVE,
+        _unexpired(now), agent_id=agent_id, status=ActiveStatus.ACTIVE,
         tool_id__in={skill.tool_id for skill in skills},
         **({} if tenant is None else {"delegation__root_principal": tenant}))
         .order_by("-created_at", "-pk").only("capability_id", "tool_id", "operations")[:MAX_ROWS])

@@ -38,10 +38,10 @@ from .rules import (
     parameters_violations,
     usable_amount,
 )
-from .state import AlreadyRead, Created, envelope_state_load, freezes_stopping, spending_of_chain
+from .state import AlreadyRead, Created, ToolRead, envelope_state_load, freezes_stopping, spending_of_chain
 
-__all__ = ["CHECK_NAMES", "AlreadyRead", "CheckReport", "Created", "EnvelopeInputs", "Outcome", "envelope_checks",
-           "envelope_recheck", "freezes_stopping", "parameters_violations"]
+__all__ = ["CHECK_NAMES", "AlreadyRead", "CheckReport", "Created", "EnvelopeInputs", "Outcome", "ToolRead",
+           "envelope_checks", "envelope_recheck", "freezes_stopping", "parameters_violations"]
 
 
 def envelope_checks(*, inputs: EnvelopeInputs, now: datetime | None = None,

@@ -16,7 +16,9 @@ column, with a limit:
 - none of the decision, its evaluation, approvals and assessment when the caller has just
   created the decision and evaluation in its transaction (``Created``: an action made in
   one call), nor the task and the freezes when the caller has just read them
-  (``AlreadyRead``: the same call, which reads them to know whether to run the policy);
+  (``AlreadyRead``: the same call, which reads them to know whether to run the policy),
+  nor the skills and the capability when the caller read them to find the tool called
+  (``ToolRead``: the MCP gateway);
 - the agent's delegation candidates for the task's root principal, then every link of
   their chains;
 - for ``transact``: the commerce session, the agent's newest active liability bindings,
@@ -135,13 +137,26 @@ class Created:
 
 
 @dataclass(frozen=True)
+class ToolRead:
+    """What the caller read to find the tool an envelope calls (the MCP gateway: the tool named
+    in a call, execution/one_call.py): the agent's newest active skills of the tool's id, of
+    any connector, in every tenant the caller may see (newest first), and the capability the
+    envelope cites, with its delegation."""
+
+    skills: list[Skill]
+    capability: Capability
+
+
+@dataclass(frozen=True)
 class AlreadyRead:
     """The envelope's task (None: not found, or another tenant's) and the freezes that stop its
     action (``freezes_stopping``), which the caller has just read for the same envelope (an
-    action made in one call reads them to know whether to run the policy at all)."""
+    action made in one call reads them to know whether to run the policy at all); and what
+    it read to find the tool, if it did."""
 
     task: Task | None
     freezes: list[Freeze]
+    tool: ToolRead | None = None
 
 
 def freezes_stopping(inputs: EnvelopeInputs, root_principal: str | None) -> list[Freeze]:
@@ -172,12 +187,20 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     task = read.task if read is not None else Task.objects.filter(task_id=inputs.task_id).first()
     task = _of_tenants(task, task.root_principal if task else None, tenants)
     root_principal = task.root_principal if task else None
-    # The agent's skills for the tool in the task's tenant, and those registered for every tenant.
-    skills = list(Skill.objects.filter(Q(root_principal__isnull=True) | Q(root_principal=root_principal),
-                                       agent_id=inputs.agent_id, tool_id=inputs.tool_id, status=ActiveStatus.ACTIVE)
-                  .order_by("-created_at", "-pk")[:MAX_CANDIDATES])
-    capability = (Capability.objects.select_related("delegation")
-                  .filter(capability_id=inputs.capability_token_ref).first())
+    tool = read.tool if read is not None else None
+    if tool is not None and tool.capability.capability_id == inputs.capability_token_ref:
+        # The same rows as the two queries below, filtered as they filter.
+        skills = [skill for skill in tool.skills if skill.tool_id == inputs.tool_id and skill.agent_id == inputs.agent_id
+                  and skill.root_principal in (None, root_principal)][:MAX_CANDIDATES]
+        capability = tool.capability
+    else:
+        # The agent's skills for the tool in the task's tenant, and those registered for every tenant.
+        skills = list(Skill.objects.filter(Q(root_principal__isnull=True) | Q(root_principal=root_principal),
+                                           agent_id=inputs.agent_id, tool_id=inputs.tool_id,
+                                           status=ActiveStatus.ACTIVE)
+                      .order_by("-created_at", "-pk")[:MAX_CANDIDATES])
+        capability = (Capability.objects.select_related("delegation")
+                      .filter(capability_id=inputs.capability_token_ref).first())
     fresh = created is not None and (created.decision.decision_id, created.evaluation.evaluation_id) == (
         inputs.decision_ref, inputs.policy_decision_ref)
     if fresh:
