@@ -179,7 +179,8 @@ def envelope_state_load(*, inputs: EnvelopeInputs, now: datetime, held_on: str |
     they are judged as created rather than read back; nobody has approved or assessed a
     decision no other transaction can see yet (the foreign keys of approvals and impact
     assessments need the committed decision), so it has neither. ``read``: the task and
-    freezes as the caller has just read them.
+    freezes as the caller has just read them, and with ``read.tool`` the skills and the
+    capability it read to find the tool (when that is the capability the envelope cites).
     """
     if new and ActionEnvelope.objects.filter(action_id=inputs.action_id).exists():
         return EnvelopeState(task=None, capability=None, skill=None, decision=None, evaluation=None,
