@@ -76,12 +76,16 @@ def test_it_keeps_its_database_connection_between_tasks_and_recovers_when_it_is_
             return set(cursor.fetchall())
 
     first = poll_until_ended(api, submit_async(api, make_world().envelope_request())["operation_id"], module_worker)
-    # Both pool processes have run a task (beat's recovery runs every second) and opened their connection.
+    # Both pool processes have run a task and opened their connection. Beat's recovery runs
+    # every second, but one process may take every short task: more work is sent meanwhile.
     def all_connected():
         backends = worker_backends()
-        return backends if len(backends) >= module_worker.concurrency else None
+        if len(backends) >= module_worker.concurrency:
+            return backends
+        submit_async(api, make_world().envelope_request())
+        return None
 
-    kept = wait_for(all_connected, message="both pool processes to connect", worker=module_worker)
+    kept = wait_for(all_connected, interval=0.5, message="both pool processes to connect", worker=module_worker)
     second = poll_until_ended(api, submit_async(api, make_world().envelope_request())["operation_id"], module_worker)
     # Celery's Django fixup would open a new backend for every task; the worker keeps its own.
     assert (first["status"], second["status"]) == ("succeeded", "succeeded")
