@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agp_project.exactjson import decimal_text
 from agp_project.tenancy import tenant_condition
-from core.ledger import Verification, ledger_verify
+from core.ledger_verification import Verification, ledger_verify
 from core.metrics import newest_checkpoint
 from core.models import LedgerEvent, LedgerHead
 from core.selectors import TreeVerification, tree_verify

@@ -1,7 +1,7 @@
 """Scenario (g): grow the ledger to N events fast, then time ``ledger_verify`` over all of it.
 
     python -m bench.ledger seed 1000000   # extend the real chain from the current head
-    python -m bench.ledger verify         # time core.ledger.ledger_verify, print JSON
+    python -m bench.ledger verify         # time core.ledger_verification.ledger_verify, print JSON
     python -m bench.ledger verify-python  # the same chain walked in Python (verify_in_python)
     python -m bench.ledger hash           # the floor: one process SHA-256-hashing the same bytes
 
@@ -85,7 +85,7 @@ def seed(target: int) -> dict:
 def verify(in_python: bool = False) -> dict:
     """``ledger_verify`` (in SQL on PostgreSQL) or, with ``in_python``, the chain walked in
     Python (``verify_in_python``, what other databases run): what verifying in the database buys."""
-    from core.ledger import ledger_verify, verify_in_python
+    from core.ledger_verification import ledger_verify, verify_in_python
 
     started = time.perf_counter()
     result = verify_in_python() if in_python else ledger_verify()

@@ -12,9 +12,8 @@ from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path
 from django.utils.html import format_html
 
-from agp_project.timeutil import iso
-
 from agp_project.tenancy import NO_TENANT
+from agp_project.timeutil import iso
 
 from .admin_base import (
     AGPModelAdmin,
@@ -27,7 +26,8 @@ from .admin_base import (
     pretty_json,
     short_hash,
 )
-from .ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_verify, payload_text_hash
+from .ledger import GENESIS_HASH, canonical_event, chain_hash, payload_text_hash
+from .ledger_verification import ledger_verify
 from .models import (
     Checkpoint,
     IdempotencyRecord,

@@ -1,4 +1,5 @@
-"""The hash-chained ledger (docs/reference/ledger.md): append in the caller's transaction, verify.
+"""The hash-chained ledger (docs/reference/ledger.md): an event's canonical form and hash, and
+appends in the caller's transaction (``core.ledger_verification`` verifies the chain).
 
 On PostgreSQL with the sequencer on (``AGP_LEDGER_SEQUENCER``), an append writes the event
 into ``LedgerPendingEvent`` in the caller's transaction and ``core.sequencer`` gives it its
@@ -10,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from json.encoder import encode_basestring as _json_string
@@ -20,7 +20,7 @@ import rfc8785
 from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Subquery, Value
-from django.db.models.functions import Cast, Coalesce
+from django.db.models.functions import Coalesce
 
 from agp_project import errors
 from agp_project.canonical import bytes_hash, canonical_json
@@ -81,6 +81,22 @@ def chain_hash(prev_hash: str, event_bytes: bytes) -> str:
 def payload_text_hash(stored: str) -> str:
     """``payload_hash`` as recomputed from the stored payload text (its canonical JSON)."""
     return bytes_hash(stored.encode("utf-8"))
+
+
+# ``recorded_at`` as chained (TIME_FORMAT), in SQL: the sequencer and the verification read
+# it so (no datetime objects, no converters, the formatting done in the database process).
+RECORDED_AT_SQL = """to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+# ``canonical_event`` in SQL. to_json(text) escapes exactly as json's encode_basestring
+# (\" \\ \b \f \n \r \t, other characters below U+0020 as lowercase \u00xx, nothing else;
+# PostgreSQL text cannot hold U+0000), to_char writes TIME_FORMAT, a bigint's text is %d.
+# The verification and the Merkle tree (core.tree) hash events from these bytes in the database.
+CANONICAL_EVENT_SQL = ("""'{"actor":' || to_json(actor)::text || ',"event_id":' || to_json(event_id)::text"""
+                       """ || ',"event_type":' || to_json(event_type)::text"""
+                       """ || ',"payload_hash":' || to_json(payload_hash)::text"""
+                       """ || ',"recorded_at":"' || """ + RECORDED_AT_SQL +
+                       """ || '","resource_id":' || to_json(resource_id)::text"""
+                       """ || ',"resource_type":' || to_json(resource_type)::text || ',"sequence":' || sequence"""
+                       """ || '}'""")
 
 
 def _locked_head() -> LedgerHead:
@@ -369,183 +385,6 @@ def _append_chained(event: _Event) -> LedgerEvent:
                                         hash=event_hash, recorded_at=event.recorded, **event.fields, **event.trail)
     LedgerHead.objects.filter(pk=1).update(sequence=sequence, hash=event_hash)
     return stored
-
-
-@dataclass
-class Verification:
-    verified: bool
-    events: int
-    head_hash: str
-    first_broken_sequence: int | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"verified": self.verified, "events": self.events, "head_hash": self.head_hash,
-                "first_broken_sequence": self.first_broken_sequence}
-
-
-def ledger_verify(*, batch_size: int = 5000) -> Verification:
-    """Check the whole chain; name the first event whose link is broken.
-
-    A link is broken when its sequence leaves a gap, its ``prev_hash`` is not the previous
-    event's hash, its payload does not hash to ``payload_hash``, or its own ``hash`` does
-    not match the recomputed one; a head that remembers more events than the table holds
-    names the first missing one (a deleted tail). On PostgreSQL the database does it in
-    one statement (``verify_in_database``); elsewhere Python walks the chain.
-    """
-    if connection.vendor == "postgresql":
-        return verify_in_database()
-    return verify_in_python(batch_size=batch_size)
-
-
-def _verified_up_to(count: int, last_hash: str, head: tuple[int, str] | None) -> Verification:
-    """The verdict once ``count`` events chained intact up to ``last_hash``: the head must agree."""
-    if head is not None and (head[0] != count or head[1] != last_hash):
-        # Events were deleted from the tail: the head remembers more than the table holds.
-        return Verification(False, count, last_hash, count + 1)
-    return Verification(True, count, last_hash, None)
-
-
-# --- verification in Python: every database -------------------------------------------------------------
-
-# PostgreSQL formats recorded_at as chained (TIME_FORMAT): no datetime objects, no
-# converters, and the formatting runs in the database process, beside this one.
-_RECORDED_AT = """to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
-_PG_ROWS = (f"SELECT sequence, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash, "
-            f'prev_hash, hash, {_RECORDED_AT} FROM "{_EVENTS}" WHERE sequence > %s ORDER BY sequence LIMIT %s')
-
-_ROW_FIELDS = ("sequence", "event_id", "event_type", "resource_type", "resource_id", "actor",
-               Cast("payload", models.TextField()), "payload_hash", "prev_hash", "hash", "recorded_at")
-
-
-def _iter_rows(batch_size: int) -> Iterable[tuple]:
-    """Every event in sequence order, ``payload`` as its stored text and ``recorded_at`` as chained.
-
-    Keyset batches keep memory flat whatever the ledger's size.
-    """
-    last = 0
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            while True:
-                cursor.execute(_PG_ROWS, [last, batch_size])
-                rows = cursor.fetchall()
-                if not rows:
-                    return
-                yield from rows
-                last = rows[-1][0]
-    while True:
-        rows = list(LedgerEvent.objects.filter(sequence__gt=last).order_by("sequence")
-                    .values_list(*_ROW_FIELDS)[:batch_size])
-        if not rows:
-            return
-        for row in rows:
-            yield (*row[:10], iso(row[10]))
-        last = rows[-1][0]
-
-
-def verify_in_python(*, batch_size: int = 5000) -> Verification:
-    """Walk the chain from the first event in keyset batches, recomputing every hash here.
-
-    The chain is the events 1..head and nothing else: a row numbered below 1 (only a direct
-    write into the table makes one) is a break, named by its sequence, before anything else.
-
-    The payload check hashes the stored text itself: it is the canonical JSON that
-    ``payload_hash`` was computed over, so no parsing or re-serialising is needed, and a
-    stored text that merely parses to the same value no longer passes either.
-    """
-    outside = LedgerEvent.objects.filter(sequence__lt=1).order_by("sequence").values_list("sequence", flat=True).first()
-    if outside is not None:
-        return Verification(False, 0, GENESIS_HASH, outside)
-    prev_hash = GENESIS_HASH
-    expected_sequence = 1
-    count = 0
-    sha256 = hashlib.sha256
-    for (sequence, event_id, event_type, resource_type, resource_id, actor, payload, payload_hash,
-         prev, stored_hash, recorded_at) in _iter_rows(batch_size):
-        recomputed = chain_hash(prev_hash, canonical_event(
-            sequence=sequence, event_id=event_id, event_type=event_type, resource_type=resource_type,
-            resource_id=resource_id, actor=actor, payload_hash=payload_hash, recorded_at=recorded_at))
-        if (sequence != expected_sequence or prev != prev_hash or stored_hash != recomputed
-                or "sha256:" + sha256(payload.encode("utf-8")).hexdigest() != payload_hash):
-            return Verification(False, count, prev_hash, sequence)
-        prev_hash = stored_hash
-        expected_sequence += 1
-        count += 1
-    return _verified_up_to(count, prev_hash, LedgerHead.objects.filter(pk=1).values_list("sequence", "hash").first())
-
-
-# --- verification in PostgreSQL ---------------------------------------------------------------------------
-
-# ``canonical_event`` in SQL. to_json(text) escapes exactly as json's encode_basestring
-# (\" \\ \b \f \n \r \t, other characters below U+0020 as lowercase \u00xx, nothing else;
-# PostgreSQL text cannot hold U+0000), to_char writes TIME_FORMAT, a bigint's text is %d.
-_SQL_EVENT = ("""'{"actor":' || to_json(actor)::text || ',"event_id":' || to_json(event_id)::text"""
-              """ || ',"event_type":' || to_json(event_type)::text"""
-              """ || ',"payload_hash":' || to_json(payload_hash)::text"""
-              """ || ',"recorded_at":"' || """ + _RECORDED_AT +
-              """ || '","resource_id":' || to_json(resource_id)::text"""
-              """ || ',"resource_type":' || to_json(resource_type)::text || ',"sequence":' || sequence || '}'""")
-# The same, public: the Merkle tree (core.tree) hashes its leaves from these bytes in the database.
-CANONICAL_EVENT_SQL = _SQL_EVENT
-# ``recorded_at`` as chained, in SQL (the sequencer reads it so).
-RECORDED_AT_SQL = _RECORDED_AT
-
-# One statement, so one snapshot: appends committed meanwhile cannot make the head and the
-# table disagree. Two passes over the events:
-# - ``links`` walks them in sequence order (a window over the primary key) for the first
-#   event whose sequence is not its position or whose prev_hash is not its predecessor's
-#   hash. Cheap: no hashing.
-# - ``content`` recomputes each event's hash from its own prev_hash, and its payload hash
-#   from the stored text. Each row stands alone, so PostgreSQL may spread this pass over
-#   parallel workers; a plain min(sequence) WHERE ... would be planned as an ordered index
-#   scan stopping at the first match, serial and slower on an intact chain.
-# The first broken event is the earlier of the two. Before a content break with no link
-# break before it, events 1..n-1 are exactly the sequences 1..n-1, so the count is n - 1
-# and the head hash is event n - 1's hash. (An event whose prev_hash is wrong fails
-# ``links`` whatever ``content`` says of it, so recomputing from its own prev_hash finds
-# the same first break as recomputing from the predecessor's hash.) A row numbered below 1
-# is outside the chain the service writes: its presence is the first break (``outside``).
-_PG_VERIFY = f"""
-WITH outside AS (
-    SELECT min(sequence) AS sequence FROM "{_EVENTS}" WHERE sequence < 1
-), links AS (
-    SELECT sequence, position, expected_prev FROM (
-        SELECT sequence, prev_hash, row_number() OVER chain AS position,
-               lag(hash, 1, %s) OVER chain AS expected_prev
-          FROM "{_EVENTS}" WHERE sequence > 0 WINDOW chain AS (ORDER BY sequence)) AS walked
-     WHERE sequence <> position OR prev_hash <> expected_prev
-     ORDER BY sequence LIMIT 1
-), content AS (
-    SELECT min(sequence) FILTER (WHERE NOT intact) AS sequence FROM (
-        SELECT sequence,
-               encode(sha256(convert_to(prev_hash || {_SQL_EVENT}, 'UTF8')), 'hex') = hash
-               AND 'sha256:' || encode(sha256(convert_to(payload, 'UTF8')), 'hex') = payload_hash AS intact
-          FROM "{_EVENTS}" WHERE sequence > 0) AS checked
-)
-SELECT outside.sequence, links.sequence, links.position, links.expected_prev,
-       content.sequence, (SELECT hash FROM "{_EVENTS}" WHERE sequence = content.sequence - 1),
-       tip.sequence, tip.hash, head.sequence, head.hash
-  FROM content
-  CROSS JOIN outside
-  LEFT JOIN links ON true
-  LEFT JOIN (SELECT sequence, hash FROM "{_EVENTS}" WHERE sequence > 0 ORDER BY sequence DESC LIMIT 1) AS tip ON true
-  LEFT JOIN "{_HEAD}" AS head ON head.id = 1
-"""
-
-
-def verify_in_database() -> Verification:
-    """``verify_in_python``'s verdict, computed by PostgreSQL in one statement (``_PG_VERIFY``)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_PG_VERIFY, [GENESIS_HASH])
-        (outside_sequence, link_sequence, link_position, link_prev, content_sequence, content_prev,
-         tip_sequence, tip_hash, head_sequence, head_hash) = cursor.fetchone()
-    if outside_sequence is not None:
-        return Verification(False, 0, GENESIS_HASH, outside_sequence)
-    if link_sequence is not None and (content_sequence is None or link_sequence <= content_sequence):
-        return Verification(False, link_position - 1, link_prev, link_sequence)
-    if content_sequence is not None:
-        return Verification(False, content_sequence - 1, content_prev or GENESIS_HASH, content_sequence)
-    head = None if head_sequence is None else (head_sequence, head_hash)
-    return _verified_up_to(tip_sequence or 0, tip_hash or GENESIS_HASH, head)
 
 
 def ledger_events_in_chain() -> models.QuerySet:

@@ -15,7 +15,7 @@ from agp_project import errors
 from agp_project.signing import get_signer, verify_resource
 from agp_project.timeutil import iso
 
-from .ledger import Verification, ledger_verify
+from .ledger_verification import Verification, ledger_verify
 from .merkle import consistency_ranges, inclusion_ranges, subtrees
 from .models import Checkpoint
 from .tree import StoredTiles, tree_recompute

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client as DjangoClient
 from django.urls import reverse
 
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from decision.models import Approval
 from execution.models import Receipt
 from tests.execution.factories import make_world

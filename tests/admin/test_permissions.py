@@ -9,7 +9,7 @@ from django.test import RequestFactory
 from auth_tokens.models import Client as ClientModel
 from core.admin_base import ImmutableMixin, LedgeredModelAdmin
 from core.auditors import AUDITED_APPS, AUDITORS_GROUP
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from core.models import LedgerEvent
 from decision.models import ApprovalWebhook
 from registry.models import LiabilityBinding, Skill, Task

@@ -10,7 +10,8 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from core.ledger import ledger_append, ledger_record, ledger_verify
+from core.ledger import ledger_append, ledger_record
+from core.ledger_verification import ledger_verify
 from core.models import Checkpoint, LedgerEvent, LedgerHead, LedgerPendingEvent
 from core.sequencer import ledger_integrate, sequencer_start
 from core.services import checkpoint_create

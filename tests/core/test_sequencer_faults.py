@@ -22,7 +22,8 @@ import pytest
 from django.db import connection
 
 from agp_project.timeutil import iso
-from core.ledger import canonical_event, ledger_verify
+from core.ledger import canonical_event
+from core.ledger_verification import ledger_verify
 from core.models import Checkpoint, LedgerEvent, LedgerHead, LedgerPendingEvent
 from core.sequencer import APPLICATION_NAME, SEQUENCER_LOCK, ledger_integrate
 from core.services import checkpoint_create

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from agp_project import errors
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from core.models import LedgerEvent
 from decision.models import CommerceSession
 from execution.budgets import payment_commit, payment_release

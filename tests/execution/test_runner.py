@@ -14,7 +14,7 @@ from django.utils import timezone
 from agp_project import errors
 from agp_project.canonical import content_hash
 from agp_project.signing import get_signer, verify_resource
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from core.models import OutboxMessage
 from core.outbox import outbox_sweep
 from decision.models import CommerceSession

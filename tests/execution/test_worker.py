@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 
 from agp_project.signing import verify_resource
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from decision.models import CommerceSession
 from execution.models import ActionEnvelope, Operation, Payment
 from tests.execution.factories import make_world

@@ -19,7 +19,7 @@ from decimal import Decimal
 
 import pytest
 
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from decision.models import CommerceSession
 from execution.models import Operation, Payment, Receipt
 from tests.execution.factories import make_world

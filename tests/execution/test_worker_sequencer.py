@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from core.ledger import ledger_record, ledger_verify
+from core.ledger import ledger_record
+from core.ledger_verification import ledger_verify
 from core.models import LedgerEvent
 from tests.execution.worker import (  # noqa: F401
     test_broker,

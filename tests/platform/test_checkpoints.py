@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agp_project.signing import get_signer, verify_resource
 from core import tasks
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from core.models import Checkpoint, LedgerEvent, LedgerHead, MerkleTile
 from core.selectors import checkpoint_document, tree_verify
 from core.services import checkpoint_create

@@ -16,15 +16,8 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from agp_project.canonical import content_hash
-from core.ledger import (
-    GENESIS_HASH,
-    canonical_event,
-    chain_hash,
-    ledger_append,
-    ledger_verify,
-    verify_in_database,
-    verify_in_python,
-)
+from core.ledger import GENESIS_HASH, canonical_event, chain_hash, ledger_append
+from core.ledger_verification import ledger_verify, verify_in_database, verify_in_python
 from core.models import LedgerEvent, LedgerHead
 from tests.platform.conftest import assert_envelope
 

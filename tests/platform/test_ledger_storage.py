@@ -2,8 +2,8 @@
 two verification paths agreeing on text that needs escaping."""
 
 import json
-from decimal import Decimal
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.core import serializers
@@ -22,11 +22,9 @@ from core.ledger import (
     ledger_append,
     ledger_batch,
     ledger_record,
-    ledger_verify,
     payload_text_hash,
-    verify_in_database,
-    verify_in_python,
 )
+from core.ledger_verification import ledger_verify, verify_in_database, verify_in_python
 from core.models import LedgerEvent, LedgerHead
 
 # Everything the JSON escaper treats specially, and what it must leave alone: quotes,

@@ -4,7 +4,7 @@
 import pytest
 from rest_framework.test import APIClient
 
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from core.models import LedgerEvent, LedgerHead
 from registry.models import Delegation, PolicySet, Skill
 from tests.concurrency import run_together

@@ -16,7 +16,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 
 from agp_project.signing import get_signer
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from core.models import LedgerEvent
 from decision.models import CommerceSession
 from execution.models import Operation, Payment, Receipt

@@ -8,7 +8,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from core.ledger import ledger_verify
+from core.ledger_verification import ledger_verify
 from core.selectors import combined_verification, tree_verify
 
 
