@@ -17,6 +17,7 @@ from django.utils import timezone
 from agp_project.canonical import action_document, content_hash
 from core.models import LedgerEvent
 from decision.models import Backtest, PolicyEvaluation
+from tests.decision import backtests
 from tests.execution.factories import RULESET, make_policy_set, make_world
 from tests.execution.worker import (  # noqa: F401
     ledger_event_types,
@@ -33,24 +34,8 @@ pytestmark = pytest.mark.postgres
 
 RECORDED = 10_000
 
-CANDIDATE = """package agp.candidate
-
-import rego.v1
-
-default allow := false
-
-default require_approval := false
-
-allow if input.action_class in {"read", "write", "transact"}
-
-require_approval if input.amount > 50
-
-deny contains "amount over 100" if input.amount > 100
-
-deny contains "weekend" if input.weekend == true
-
-deny contains "bad ratio" if 100 / input.divisor < 0
-
+# The in-process tests' candidate, which also denies a closed account (a rule on the action).
+CANDIDATE = backtests.CANDIDATE + """
 deny contains "closed account" if input.action.parameters.account == "closed"
 """
 
