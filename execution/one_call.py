@@ -80,8 +80,9 @@ class Governed:
 
 def _governing_read(inputs: EnvelopeInputs, tenants: frozenset[str] | None, tool: ToolRead | None) -> AlreadyRead:
     """The task with its policy set, annotated with whether the set has active shadows
-    (``shadowed``), and the freezes that stop the action, in two queries; the checks judge
-    both as read here. The task is None when it does not exist or is another tenant's."""
+    (``shadowed``), and the freezes that stop the action, in two queries, with ``tool``; the
+    checks judge all of it as read here. The task is None when it does not exist or is
+    another tenant's."""
     task = (Task.objects.select_related("policy_set").filter(task_id=inputs.task_id)
             .annotate(shadowed=Exists(PolicySet.objects.filter(shadow_of_id=OuterRef("policy_set_id"),
                                                                status=PolicySetStatus.ACTIVE)))

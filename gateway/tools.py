@@ -10,7 +10,7 @@ take the skills and the capability as read here.
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from execution.checks import ToolRead
@@ -43,9 +43,12 @@ class GatewayTool:
 def agent_tools(*, agent_id: str, tenant: str | None) -> list[GatewayTool]:
     """The agent's governed tools, sorted by name. ``tenant``: the agent client's one tenant
     (None: the service is open, every tenant)."""
-    skills, capabilities = _skills_and_capabilities(agent_id=agent_id, tenant=tenant)
+    skills = list(_skills(agent_id=agent_id, tenant=tenant).filter(connector=Connector.MCP)
+                  .only("skill_id", "tool_id", "tool_pins", "endpoint_url")[:MAX_ROWS])
     if not skills:
         return []
+    capabilities = list(_capabilities(agent_id=agent_id, tenant=tenant, tool_ids={skill.tool_id for skill in skills})
+                        .only("capability_id", "tool_id", "operations")[:MAX_ROWS])
     revoked = set(Revocation.objects.filter(
         Q(target_type=RevocationTarget.AGENT, target_id=agent_id)
         | Q(target_type=RevocationTarget.SKILL, target_id__in=[skill.skill_id for skill in skills])
@@ -63,18 +66,13 @@ def agent_tool(*, agent_id: str, tenant: str | None, name: str) -> tuple[Gateway
     id the name may begin with, of any connector (check 3 executes on the newest), and its
     capabilities for them with their delegations. The revocations are the checks': they
     refuse a revoked skill, capability or agent (check 3). None: no such tool."""
-    now = timezone.now()
-    in_tenant = Q() if tenant is None else Q(root_principal__isnull=True) | Q(root_principal=tenant)
     tool_ids = {name[:at] for at, char in enumerate(name) if char == "."}  # <tool_id>.<tool name>
-    skills = list(Skill.objects.filter(in_tenant, agent_id=agent_id, tool_id__in=tool_ids, status=ActiveStatus.ACTIVE)
-                  .order_by("-created_at", "-pk")[:MAX_ROWS])
+    skills = list(_skills(agent_id=agent_id, tenant=tenant).filter(tool_id__in=tool_ids)[:MAX_ROWS])
     served = [skill for skill in skills if skill.connector == Connector.MCP]
     if not served:
         return None
-    capabilities = list(Capability.objects.select_related("delegation").filter(
-        _unexpired(now), agent_id=agent_id, status=ActiveStatus.ACTIVE, tool_id__in={skill.tool_id for skill in served},
-        **({} if tenant is None else {"delegation__root_principal": tenant}))
-        .order_by("-created_at", "-pk")[:MAX_ROWS])
+    capabilities = list(_capabilities(agent_id=agent_id, tenant=tenant, tool_ids={skill.tool_id for skill in served})
+                        .select_related("delegation")[:MAX_ROWS])
     tool = _paired(served, capabilities, set()).get(name)
     if tool is None:
         return None
@@ -82,26 +80,19 @@ def agent_tool(*, agent_id: str, tenant: str | None, name: str) -> tuple[Gateway
     return tool, ToolRead(skills=[skill for skill in skills if skill.tool_id == tool.tool_id], capability=capability)
 
 
-def _unexpired(now) -> Q:
-    return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
-
-
-def _skills_and_capabilities(*, agent_id: str, tenant: str | None) -> tuple[list[Skill], list[Capability]]:
-    """The agent's newest active ``mcp`` skills, and its newest active, unexpired capabilities
-    for their tools (none when it has no skill)."""
-    now = timezone.now()
+def _skills(*, agent_id: str, tenant: str | None) -> QuerySet[Skill]:
+    """The agent's active skills in ``tenant`` and those of no tenant, newest first."""
     in_tenant = Q() if tenant is None else Q(root_principal__isnull=True) | Q(root_principal=tenant)
-    skills = list(Skill.objects.filter(in_tenant, agent_id=agent_id, connector=Connector.MCP,
-                                       status=SkillStatus.ACTIVE)
-                  .order_by("-created_at", "-pk").only("skill_id", "tool_id", "tool_pins", "endpoint_url")[:MAX_ROWS])
-    if not skills:
-        return [], []
-    capabilities = list(Capability.objects.filter(
-        _unexpired(now), agent_id=agent_id, status=ActiveStatus.ACTIVE,
-        tool_id__in={skill.tool_id for skill in skills},
-        **({} if tenant is None else {"delegation__root_principal": tenant}))
-        .order_by("-created_at", "-pk").only("capability_id", "tool_id", "operations")[:MAX_ROWS])
-    return skills, capabilities
+    return Skill.objects.filter(in_tenant, agent_id=agent_id, status=SkillStatus.ACTIVE).order_by("-created_at", "-pk")
+
+
+def _capabilities(*, agent_id: str, tenant: str | None, tool_ids: set[str]) -> QuerySet[Capability]:
+    """The agent's active, unexpired capabilities for ``tool_ids`` in ``tenant``, newest first."""
+    return (Capability.objects
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()), agent_id=agent_id,
+                    status=ActiveStatus.ACTIVE, tool_id__in=tool_ids,
+                    **({} if tenant is None else {"delegation__root_principal": tenant}))
+            .order_by("-created_at", "-pk"))
 
 
 def _paired(skills: list[Skill], capabilities: list[Capability],
