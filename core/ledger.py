@@ -428,18 +428,11 @@ def ledger_event_integrated(*, event_id: str, timeout: float | None = None) -> L
     Waits at most ``timeout`` seconds (``AGP_LEDGER_WAIT_SECONDS``); then 503: the event is
     recorded and will be integrated, but its place cannot be shown yet.
     """
-    deadline = time.monotonic() + (settings.AGP_LEDGER_WAIT_SECONDS if timeout is None else timeout)
-    pause = 0.002
-    while True:
-        event = ledger_events_in_chain().filter(event_id=event_id).first()
-        if event is not None:
-            return event
-        if time.monotonic() >= deadline:
-            raise errors.Unavailable(
-                "The event is recorded but not yet in the chain; read it later by its event_id.",
-                details={"event_id": event_id})
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+    event = _polled(lambda: ledger_events_in_chain().filter(event_id=event_id).first(), timeout)
+    if event is None:
+        raise errors.Unavailable("The event is recorded but not yet in the chain; read it later by its event_id.",
+                                 details={"event_id": event_id})
+    return event
 
 
 def ledger_settle(*, timeout: float | None = None) -> bool:
@@ -455,14 +448,18 @@ def ledger_settle(*, timeout: float | None = None) -> bool:
     newest = LedgerPendingEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
     if newest is None:
         return True
+    return _polled(lambda: not LedgerPendingEvent.objects.filter(pk__lte=newest).exists(), timeout)
+
+
+def _polled(check, timeout: float | None):
+    """``check()``'s first truthy answer, asked again with a pause growing from 2 to 50 ms,
+    or its last answer once ``timeout`` seconds (``AGP_LEDGER_WAIT_SECONDS``) have passed."""
     deadline = time.monotonic() + (settings.AGP_LEDGER_WAIT_SECONDS if timeout is None else timeout)
     pause = 0.002
-    while LedgerPendingEvent.objects.filter(pk__lte=newest).exists():
-        if time.monotonic() >= deadline:
-            return False
+    while not (answer := check()) and time.monotonic() < deadline:
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
-    return True
+    return answer
 
 
 def ledger_append_client_event(*, event_type: str, resource_type: str, resource_id: str, actor: str,
